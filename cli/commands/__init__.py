@@ -1,0 +1,31 @@
+"""One module per command; each exposes ``register(app)``."""
+
+from __future__ import annotations
+
+from helm_plan_cli.commands import (
+    analyze_cmd,
+    calibrate_cmd,
+    fit_cmd,
+    ingest_cmd,
+    inspect_cmd,
+    oracle_cmd,
+    profile_cmd,
+    profiles_cmd,
+    report_cmd,
+    simulate_cmd,
+    synth_cmd,
+)
+
+COMMAND_MODULES = [
+    ingest_cmd,
+    synth_cmd,
+    inspect_cmd,
+    profiles_cmd,
+    profile_cmd,
+    calibrate_cmd,
+    fit_cmd,
+    simulate_cmd,
+    oracle_cmd,
+    analyze_cmd,
+    report_cmd,
+]

@@ -1,0 +1,34 @@
+"""Rich progress bars that library stages report into through a plain callback."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+err_console = Console(stderr=True)
+out_console = Console()
+
+
+@contextlib.contextmanager
+def task(description: str, *, quiet: bool = False) -> Iterator[Callable[[int, int], None]]:
+    """Yield ``update(done, total)`` driving one progress bar on stderr."""
+    if quiet:
+        yield lambda done, total: None
+        return
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=False,
+    ) as prog:
+        tid = prog.add_task(description, total=None)
+
+        def update(done: int, total: int) -> None:
+            prog.update(tid, completed=done, total=total)
+
+        yield update

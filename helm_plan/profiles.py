@@ -1,0 +1,259 @@
+"""GPU, model and latency profiles: TOML files with units in their key names.
+
+A profile is named by a shipped file (``a100-80g``) or a path to the user's
+own TOML file. Every field is validated with a precise error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+from helm_plan.errors import ProfileError
+
+T = TypeVar("T")
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """One accelerator: memory, bandwidths, compute and price."""
+
+    name: str
+    """Profile name."""
+    hbm_bytes: int
+    """Device memory capacity in bytes."""
+    hbm_bw_Bps: float
+    """Device memory bandwidth, bytes per second."""
+    h2d_bw_Bps: float
+    """Effective host-to-device copy bandwidth (PCIe), bytes per second."""
+    h2d_latency_s: float
+    """Fixed latency of one host-to-device copy, seconds."""
+    peak_flops: float
+    """Dense bf16 peak, FLOP per second."""
+    cost_per_hour: float
+    """On-demand price of one GPU, USD per hour."""
+    source: str
+    """Where the numbers come from."""
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """One HSTU-like generative recommender."""
+
+    name: str
+    """Profile name."""
+    layers: int
+    """Transformer (HSTU) layers."""
+    d_model: int
+    """Hidden size."""
+    emb_dim: int
+    """Embedding dimension of one sparse feature."""
+    emb_features_per_token: int
+    """Sparse features looked up per history token (one EMB row holds them all)."""
+    emb_dtype_bytes: int
+    """Bytes per embedding element."""
+    kv_dtype_bytes: int
+    """Bytes per KV element."""
+    max_seq_len: int
+    """Longest history the model attends to, tokens."""
+    n_candidates: int
+    """Default candidates scored per request."""
+    weights_bytes: int
+    """Dense weights resident in HBM, bytes."""
+    reserve_bytes: int
+    """Activations, workspace and allocator slack kept out of the cache pool, bytes."""
+    source: str
+    """Where the dimensions come from."""
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one EMB row: all sparse features of one token."""
+        return self.emb_features_per_token * self.emb_dim * self.emb_dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of K and V for one token over all layers."""
+        return 2 * self.layers * self.d_model * self.kv_dtype_bytes
+
+
+@dataclass(frozen=True)
+class LatencyProfile:
+    """Coefficients of the service-time formula (see DESIGN.md, Node model)."""
+
+    name: str
+    """Profile name."""
+    gpu: str
+    """GPU profile these coefficients were derived or measured for."""
+    model: str
+    """Model profile these coefficients were derived or measured for."""
+    t0_s: float
+    """Fixed per-request overhead, seconds."""
+    prefill_a_s: float
+    """Prefill cost per computed token, seconds (the a in a·n)."""
+    prefill_b_s: float
+    """Prefill attention cost per computed token per context token, seconds (b in b·n·L)."""
+    score_c_s: float
+    """Scoring cost per candidate, seconds (c in c·M)."""
+    score_d_s: float
+    """Scoring cost per candidate per context token, seconds (d in d·M·L)."""
+    host_gather_s: float
+    """Host-side lookup of one missed row in the DRAM table, seconds."""
+    source: str
+    """Derived (roofline) or measured (device, date, tool version)."""
+    hbm_bw_Bps: float | None = None
+    """Measured embedding-gather bandwidth; None uses the GPU profile."""
+    h2d_bw_Bps: float | None = None
+    """Measured H2D bandwidth; None uses the GPU profile."""
+    h2d_latency_s: float | None = None
+    """Measured H2D copy latency; None uses the GPU profile."""
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The HBM cache pool shared by EMB and KV on one GPU."""
+
+    pool_bytes: int
+    """Bytes split between EMB and KV."""
+    source: str
+    """How it was sized: hbm, --pool-bytes or --pool-fraction."""
+
+
+def pool_bytes(gpu: GpuProfile, model: ModelProfile) -> int:
+    """Default pool: HBM minus weights minus reserve."""
+    return gpu.hbm_bytes - model.weights_bytes - model.reserve_bytes
+
+
+def _data_root() -> Path:
+    return Path(str(resources.files("helm_plan._profiles")))
+
+
+def available(kind: str) -> list[str]:
+    """Names of shipped profiles of ``kind`` (gpu, model, latency)."""
+    return sorted(p.stem for p in (_data_root() / kind).glob("*.toml"))
+
+
+def _load(kind: str, cls: type[T], name_or_path: str | Path) -> T:
+    ref = str(name_or_path)
+    path = Path(ref)
+    if not (ref.endswith(".toml") or path.exists()):
+        path = _data_root() / kind / f"{ref}.toml"
+        if not path.exists():
+            raise ProfileError(
+                f"unknown {kind} profile {ref!r}",
+                hint=f"shipped: {', '.join(available(kind))}; or pass a path to a .toml file",
+            )
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError as e:
+        raise ProfileError(f"{kind} profile file {path} not found") from e
+    except tomllib.TOMLDecodeError as e:
+        raise ProfileError(f"{kind} profile {path} is not valid TOML: {e}") from e
+    data.setdefault("name", path.stem)
+    return _build(cls, data, str(path))
+
+
+def _build(cls: type[T], data: dict[str, Any], where: str) -> T:
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(k for k in data if k not in fields and not k.startswith("derivation"))
+    if unknown:
+        raise ProfileError(
+            f"{where}: unknown key {unknown[0]!r}", hint=f"valid keys: {', '.join(fields)}"
+        )
+    kwargs: dict[str, Any] = {}
+    for name, f in fields.items():
+        if name not in data:
+            if f.default is dataclasses.MISSING:
+                raise ProfileError(f"{where}: missing key {name!r}")
+            continue
+        v = data[name]
+        tp = str(f.type)
+        if tp == "str":
+            if not isinstance(v, str):
+                raise ProfileError(f"{where}: {name} must be a string, got {v!r}")
+        elif tp == "int":
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ProfileError(f"{where}: {name} must be an integer, got {v!r}")
+            if v < 0:
+                raise ProfileError(f"{where}: {name} must be >= 0, got {v}")
+        else:
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise ProfileError(f"{where}: {name} must be a number, got {v!r}")
+            v = float(v)
+            if v < 0:
+                raise ProfileError(f"{where}: {name} must be >= 0, got {v}")
+        kwargs[name] = v
+    return cls(**kwargs)
+
+
+def load_gpu(name_or_path: str | Path) -> GpuProfile:
+    """Load a GPU profile by shipped name or path."""
+    g = _load("gpu", GpuProfile, name_or_path)
+    for k in ("hbm_bytes", "hbm_bw_Bps", "h2d_bw_Bps", "peak_flops"):
+        if not getattr(g, k) > 0:
+            raise ProfileError(f"gpu profile {g.name}: {k} must be positive, got {getattr(g, k)}")
+    return g
+
+
+def load_model(name_or_path: str | Path) -> ModelProfile:
+    """Load a model profile by shipped name or path."""
+    m = _load("model", ModelProfile, name_or_path)
+    for k in (
+        "layers",
+        "d_model",
+        "emb_dim",
+        "emb_features_per_token",
+        "emb_dtype_bytes",
+        "kv_dtype_bytes",
+        "max_seq_len",
+    ):
+        if not getattr(m, k) > 0:
+            raise ProfileError(f"model profile {m.name}: {k} must be positive, got {getattr(m, k)}")
+    return m
+
+
+def load_latency(name_or_path: str | Path) -> LatencyProfile:
+    """Load a latency profile by shipped name or path."""
+    return _load("latency", LatencyProfile, name_or_path)
+
+
+def default_latency_name(gpu: str, model: str) -> str:
+    """Shipped latency profile name for a GPU/model pair."""
+    return f"{gpu}_{model}"
+
+
+def resolve_pool(
+    gpu: GpuProfile,
+    model: ModelProfile,
+    *,
+    pool_bytes_override: int | None = None,
+    pool_fraction: float | None = None,
+    footprint_bytes: int | None = None,
+) -> Pool:
+    """Size the cache pool from HBM, an explicit byte count, or a share of the trace footprint."""
+    if pool_bytes_override is not None and pool_fraction is not None:
+        raise ProfileError("give --pool-bytes or --pool-fraction, not both")
+    if pool_bytes_override is not None:
+        if pool_bytes_override <= 0:
+            raise ProfileError(f"pool_bytes must be positive, got {pool_bytes_override}")
+        return Pool(int(pool_bytes_override), "--pool-bytes")
+    if pool_fraction is not None:
+        if not pool_fraction > 0:
+            raise ProfileError(f"pool_fraction must be positive, got {pool_fraction}")
+        if footprint_bytes is None:
+            raise ProfileError("pool_fraction needs the trace footprint")
+        return Pool(
+            max(1, int(pool_fraction * footprint_bytes)), f"--pool-fraction {pool_fraction}"
+        )
+    b = pool_bytes(gpu, model)
+    if b <= 0:
+        raise ProfileError(
+            f"model {model.name} leaves no cache pool on {gpu.name}: weights+reserve exceed HBM",
+            hint="pick a larger GPU or pass --pool-bytes",
+        )
+    return Pool(b, f"hbm {gpu.name} - weights - reserve")

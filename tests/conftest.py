@@ -1,0 +1,60 @@
+"""Shared fixtures: small generated traces and the real datasets folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from helm_plan import trace
+
+REPO = Path(__file__).resolve().parents[1]
+DATASETS = REPO.parent / "shared" / "datasets"
+
+
+def small_table(
+    n: int = 400,
+    *,
+    n_users: int = 40,
+    n_items: int = 200,
+    max_new: int = 6,
+    n_candidates: int = 8,
+    seed: int = 0,
+    with_candidates: bool = True,
+    rate_qps: float = 50.0,
+) -> pa.Table:
+    """A small Zipf-ish canonical trace built directly with numpy (independent of synth)."""
+    rng = np.random.default_rng(seed)
+    ts = np.cumsum(rng.exponential(1.0 / rate_qps, size=n))
+    ts -= ts[0]
+    users = rng.zipf(1.3, size=n) % n_users
+    k = rng.integers(0, max_new + 1, size=n)
+    off = np.zeros(n + 1, np.int64)
+    np.cumsum(k, out=off[1:])
+    vals = rng.zipf(1.2, size=int(off[-1])) % n_items
+    kw = {}
+    if with_candidates:
+        coff = np.arange(n + 1, dtype=np.int64) * n_candidates
+        kw = {
+            "candidates_offsets": coff,
+            "candidates_values": rng.zipf(1.1, size=n * n_candidates) % n_items,
+        }
+    return trace.make_table(ts, users, off, vals, np.full(n, n_candidates), **kw)
+
+
+@pytest.fixture
+def datasets() -> Path:
+    """The read-only real datasets beside the repo."""
+    if not DATASETS.exists():
+        pytest.fail(f"real datasets not found at {DATASETS}; CI lays ../shared beside the repo")
+    return DATASETS
+
+
+@pytest.fixture
+def small_trace(tmp_path: Path) -> Path:
+    """A small canonical trace written to a temporary parquet file."""
+    p = tmp_path / "small.parquet"
+    trace.write(small_table(), p, {"source": "tests.small_table", "seed": 0})
+    return p
