@@ -1,0 +1,109 @@
+"""Canonical trace validation, round trips and atomic writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import small_table
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helm_plan import trace
+from helm_plan.errors import TraceError
+
+
+def _table(**over):
+    base = {
+        "ts_s": pa.array([0.0, 1.0, 2.0]),
+        "user_id": pa.array([1, 2, 1], pa.int64()),
+        "new_items": pa.array([[1, 2], [3], []], pa.list_(pa.int64())),
+        "n_candidates": pa.array([0, 0, 0], pa.int32()),
+    }
+    base.update(over)
+    return pa.table({k: v for k, v in base.items() if v is not None})
+
+
+@pytest.mark.parametrize(
+    ("over", "needle"),
+    [
+        ({"ts_s": pa.array([0.0, 2.0, 1.0])}, "row 2, column 'ts_s': timestamps not sorted"),
+        (
+            {"user_id": pa.array([1, -2, 1], pa.int64())},
+            "row 1, column 'user_id': negative value -2",
+        ),
+        (
+            {"new_items": pa.array([[1], [3, -4], []], pa.list_(pa.int64()))},
+            "row 1, column 'new_items': negative id -4",
+        ),
+        (
+            {"new_items": pa.array([[1], [3, None], []], pa.list_(pa.int64()))},
+            "row 1, column 'new_items': null id",
+        ),
+        ({"user_id": pa.array([1, None, 1], pa.int64())}, "row 1, column 'user_id': null value"),
+        ({"user_id": None}, "missing column 'user_id'"),
+        ({"user_id": pa.array(["a", "b", "c"])}, "column 'user_id' has type string"),
+        ({"ts_s": pa.array([0.0, float("nan"), 2.0])}, "row 1, column 'ts_s': non-finite"),
+        (
+            {"candidates": pa.array([[1], [], []], pa.list_(pa.int64()))},
+            "row 0, column 'candidates': 1 ids but n_candidates=0",
+        ),
+    ],
+)
+def test_validation_names_row_and_column(over, needle):
+    with pytest.raises(TraceError) as ei:
+        trace.validate(_table(**over))
+    assert needle in str(ei.value)
+
+
+def test_empty_and_unreadable(tmp_path: Path):
+    with pytest.raises(TraceError, match="empty"):
+        trace.validate(trace.empty_table())
+    bad = tmp_path / "x.parquet"
+    bad.write_text("not parquet")
+    with pytest.raises(TraceError, match="cannot read"):
+        trace.read(bad)
+    with pytest.raises(TraceError, match="not found"):
+        trace.read(tmp_path / "missing.parquet")
+
+
+def test_narrow_types_are_cast():
+    t = _table(user_id=pa.array([1, 2, 1], pa.uint16()), ts_s=pa.array([0, 1, 2], pa.int32()))
+    out = trace.validate(t)
+    assert out.schema.field("user_id").type == pa.int64()
+    assert out.schema.field("ts_s").type == pa.float64()
+
+
+def test_write_is_atomic_and_carries_provenance(tmp_path: Path):
+    p = tmp_path / "t.parquet"
+    trace.write(small_table(50), p, {"source": "test", "seed": 1})
+    assert trace.provenance(p) == {"source": "test", "seed": 1}
+    assert pq.read_schema(p).metadata[b"helm_plan.schema_version"] == b"1"
+    # a failing write leaves the old file and no temp files behind
+    before = p.read_bytes()
+    with pytest.raises(TraceError):
+        trace.write(_table(ts_s=pa.array([1.0, 0.0, 2.0])), p, {})
+    assert p.read_bytes() == before
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["t.parquet"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 60), seed=st.integers(0, 1000), cands=st.booleans())
+def test_round_trip(tmp_path_factory, n, seed, cands):
+    t = small_table(n, seed=seed, with_candidates=cands)
+    p = tmp_path_factory.mktemp("rt") / "t.parquet"
+    trace.write(t, p, {"seed": seed})
+    back = trace.read(p)
+    assert back.to_pydict() == trace.validate(t).to_pydict()
+    assert len(trace.sha256(p)) == 64
+
+
+def test_hash_is_content_hash(tmp_path: Path):
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    trace.write(small_table(30), a, {"x": 1})
+    trace.write(small_table(30), b, {"x": 1})
+    assert trace.sha256(a) == trace.sha256(b)
+    assert np.all(trace.read(a).column("ts_s").to_numpy() >= 0)
