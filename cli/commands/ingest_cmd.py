@@ -1,9 +1,117 @@
-"""`helm-plan ingest`: not registered yet (being built)."""
+"""`helm-plan ingest KIND PATH -o OUT.parquet`: convert a public log into a trace."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from helm_plan_cli.options import (
+    ArrivalsOpt,
+    BehaviorsOpt,
+    CandidatesOpt,
+    ColumnMapOpt,
+    DurationSOpt,
+    JsonOpt,
+    OutOpt,
+    QpsOpt,
+    RegimeOpt,
+    ReplicateOpt,
+    SeedOpt,
+    SessionGapSOpt,
+)
+from helm_plan_cli.progress import out_console
+from rich.table import Table
+
+from helm_plan.ingest import (
+    DEFAULT_N_CANDIDATES,
+    DEFAULT_SESSION_GAP_S,
+    KINDS,
+    IngestConfig,
+    IngestReport,
+    check_kind,
+    ingest_to_file,
+    parse_column_map,
+)
+
+KindArg = Annotated[
+    str, typer.Argument(help=f"Source kind: {', '.join(KINDS)}.", show_default=False)
+]
+PathArg = Annotated[Path, typer.Argument(help="Source log file.", show_default=False)]
+
+
+def ingest(
+    kind: KindArg,
+    path: PathArg,
+    out: OutOpt,
+    session_gap_s: SessionGapSOpt = DEFAULT_SESSION_GAP_S,
+    candidates: CandidatesOpt = DEFAULT_N_CANDIDATES,
+    qps: QpsOpt = None,
+    duration_s: DurationSOpt = None,
+    regime: RegimeOpt = None,
+    arrivals: ArrivalsOpt = None,
+    replicate: ReplicateOpt = 1,
+    column_map: ColumnMapOpt = None,
+    behaviors: BehaviorsOpt = "pv,buy,cart,fav",
+    seed: SeedOpt = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Convert a public log (MovieLens, Amazon, Taobao, Mooncake, any CSV) into a request trace.
+
+    Logs with timestamps become one request per user session; logs without one
+    request per interaction. Recommender logs are re-timed to serving speed
+    (default: steady regime at 100 req/s); Mooncake and csv keep their
+    timestamps unless --qps, --duration-s, --regime or --arrivals is given.
+    """
+    check_kind(kind)
+    cfg = IngestConfig(
+        kind=kind,
+        session_gap_s=session_gap_s,
+        n_candidates=candidates,
+        qps=qps,
+        duration_s=duration_s,
+        regime=regime,
+        arrivals=arrivals,
+        replicate=replicate,
+        seed=seed,
+        behaviors=tuple(b.strip().lower() for b in behaviors.split(",") if b.strip()),
+        **(parse_column_map(column_map) if column_map else {}),
+    )
+    report = ingest_to_file(path, out, cfg)
+    if as_json:
+        typer.echo(json.dumps(dataclasses.asdict(report), indent=2))
+    else:
+        out_console.print(render(report))
+
+
+def render(r: IngestReport) -> Table:
+    """The report as a two-column rich table."""
+    t = Table(title=f"ingest {r.kind} ({r.variant})", show_header=False)
+    t.add_column("what", style="bold")
+    t.add_column("value")
+    t.add_row("source", r.source)
+    t.add_row("rows read", f"{r.rows_read:,}")
+    if r.dropped:
+        for reason, count in r.dropped:
+            t.add_row("rows dropped", f"{count:,}  ({reason})")
+    else:
+        t.add_row("rows dropped", "0")
+    if r.requests_truncated:
+        t.add_row("requests cut", f"{r.requests_truncated:,}  (beyond --duration-s)")
+    t.add_row("requests", f"{r.requests:,}")
+    t.add_row("users", f"{r.users:,}")
+    t.add_row("items", f"{r.items:,}")
+    t.add_row("history tokens", f"{r.new_items:,}")
+    t.add_row("span", f"{r.span_s:,.1f} s  ({r.qps:.3g} req/s)")
+    t.add_row("timing", r.timing)
+    for note in r.notes:
+        t.add_row("note", note)
+    t.add_row("written", str(r.out))
+    return t
 
 
 def register(app: typer.Typer) -> None:
     """Add this command to ``app``."""
+    app.command("ingest")(ingest)
