@@ -42,7 +42,7 @@ ModelOptionalOpt = Annotated[
 RegimeOpt = Annotated[
     str | None,
     typer.Option(
-        "--regime", help="Arrival regime: steady, trend, burst or mixed [default: steady]."
+        "--regime", help="Arrival regime: steady, trend, burst or mixed (default: steady)."
     ),
 ]
 QpsOpt = Annotated[
@@ -90,7 +90,10 @@ SampleSizeOpt = Annotated[
 RunDirOpt = Annotated[
     Path | None,
     typer.Option(
-        "--out", "-o", help="Run directory [default: reports/out/<trace stem>].", show_default=False
+        "--out",
+        "-o",
+        help="Run directory (default: reports/out/TRACE-STEM, or reports/out/demo).",
+        show_default=False,
     ),
 ]
 RunDirArg = Annotated[
@@ -100,7 +103,7 @@ PlanFileOpt = Annotated[
     Path | None,
     typer.Option(
         "--config",
-        help="TOML plan file: [analyze], [node], [oracle], [curves], [demo]; flags override it.",
+        help="TOML plan file with sections analyze, node, oracle, curves, demo; flags override it.",
         show_default=False,
     ),
 ]
@@ -108,21 +111,21 @@ DemoOpt = Annotated[
     bool, typer.Option("--demo", help="Generate and analyze the embedded mixed-regime demo trace.")
 ]
 GpuOptionalOpt = Annotated[
-    str | None, typer.Option("--gpu", help="GPU profile name or TOML path [default: h100-80g].")
+    str | None, typer.Option("--gpu", help="GPU profile name or TOML path (default: a100-80g).")
 ]
 ModelProfileOptionalOpt = Annotated[
-    str | None, typer.Option("--model", help="Model profile name or TOML path [default: gr-small].")
+    str | None, typer.Option("--model", help="Model profile name or TOML path (default: gr-small).")
 ]
 SloMsOptionalOpt = Annotated[
-    float | None, typer.Option("--slo-ms", help="P99 latency SLO in milliseconds [default: 100].")
+    float | None, typer.Option("--slo-ms", help="P99 latency SLO in milliseconds (default: 100).")
 ]
 WindowSOptionalOpt = Annotated[
-    float | None, typer.Option("--window-s", help="Window length in seconds [default: 10].")
+    float | None, typer.Option("--window-s", help="Window length in seconds (default: 10).")
 ]
 SeedOptionalOpt = Annotated[
-    int | None, typer.Option("--seed", help="Seed for every random choice [default: 0].")
+    int | None, typer.Option("--seed", help="Seed for every random choice (default: 0).")
 ]
 WorkersOptionalOpt = Annotated[
     int | None,
-    typer.Option("--workers", help="Parallel worker processes (0 = all cores) [default: 1]."),
+    typer.Option("--workers", help="Parallel worker processes (0 = all cores) (default: 1)."),
 ]

@@ -257,3 +257,57 @@ def resolve_pool(
             hint="pick a larger GPU or pass --pool-bytes",
         )
     return Pool(b, f"hbm {gpu.name} - weights - reserve")
+
+
+@dataclass(frozen=True)
+class PairSizes:
+    """Derived sizes of one GPU x model pair (what `helm-plan profiles` lists)."""
+
+    gpu: str
+    """GPU profile name."""
+    model: str
+    """Model profile name."""
+    hbm_bytes: int
+    """Device memory of the GPU, bytes."""
+    weights_bytes: int
+    """Dense weights of the model, bytes."""
+    reserve_bytes: int
+    """Memory kept out of the pool, bytes."""
+    pool_bytes: int
+    """Default cache pool: hbm - weights - reserve (<= 0: the model does not fit)."""
+    row_bytes: int
+    """Bytes of one EMB row."""
+    kv_bytes_per_token: int
+    """Bytes of KV per token."""
+    max_user_kv_bytes: int
+    """KV of one user at max_seq_len tokens, bytes."""
+    pool_rows: int
+    """EMB rows if the whole pool held rows."""
+    pool_kv_tokens: int
+    """KV tokens if the whole pool held KV."""
+
+
+def pair_sizes(gpus: list[str] | None = None, models: list[str] | None = None) -> list[PairSizes]:
+    """Derived sizes for every GPU x model pair (shipped profiles by default)."""
+    out = []
+    for gname in available("gpu") if gpus is None else gpus:
+        g = load_gpu(gname)
+        for mname in available("model") if models is None else models:
+            m = load_model(mname)
+            b = pool_bytes(g, m)
+            out.append(
+                PairSizes(
+                    gpu=g.name,
+                    model=m.name,
+                    hbm_bytes=g.hbm_bytes,
+                    weights_bytes=m.weights_bytes,
+                    reserve_bytes=m.reserve_bytes,
+                    pool_bytes=b,
+                    row_bytes=m.row_bytes,
+                    kv_bytes_per_token=m.kv_bytes_per_token,
+                    max_user_kv_bytes=m.max_seq_len * m.kv_bytes_per_token,
+                    pool_rows=max(b, 0) // m.row_bytes,
+                    pool_kv_tokens=max(b, 0) // m.kv_bytes_per_token,
+                )
+            )
+    return out

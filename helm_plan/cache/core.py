@@ -368,16 +368,20 @@ def _replay(
             k_meta[_USED] += L
         miss = 0
         base = uoff[u] + full
-        for p in range(base - n, base):
-            it = hist[p]
-            miss += _emb_access(e_prev, e_next, e_res, e_meta, it)
-            if count:
-                counts[it] += 1
-        for p in range(coff[i], coff[i + 1]):
-            it = cvals[p]
-            miss += _emb_access(e_prev, e_next, e_res, e_meta, it)
-            if count:
-                counts[it] += 1
+        if e_meta[_CAP] == 0 and e_meta[_USED] == 0 and not count:
+            # Fast path (same result): an empty zero-capacity EMB cache misses every lookup.
+            miss = n + coff[i + 1] - coff[i]
+        else:
+            for p in range(base - n, base):
+                it = hist[p]
+                miss += _emb_access(e_prev, e_next, e_res, e_meta, it)
+                if count:
+                    counts[it] += 1
+            for p in range(coff[i], coff[i + 1]):
+                it = cvals[p]
+                miss += _emb_access(e_prev, e_next, e_res, e_meta, it)
+                if count:
+                    counts[it] += 1
         out[0, j] = n
         out[1, j] = c
         out[2, j] = L
