@@ -101,3 +101,27 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+@contextlib.contextmanager
+def parquet_writer(
+    path: str | os.PathLike[str],
+    schema: pa.Schema,
+    *,
+    metadata: dict[str, str] | None = None,
+    compression: str = "zstd",
+) -> Iterator[pq.ParquetWriter]:
+    """Stream row groups to ``path`` atomically: write a temporary sibling, rename on success.
+
+    ``metadata`` is merged into the schema's file-level key-value metadata.
+    """
+    if metadata:
+        merged = dict(schema.metadata or {})
+        merged.update({k.encode(): v.encode() for k, v in metadata.items()})
+        schema = schema.with_metadata(merged)
+    with atomic_path(path, suffix=".parquet.tmp") as tmp:
+        writer = pq.ParquetWriter(tmp, schema, compression=compression)
+        try:
+            yield writer
+        finally:
+            writer.close()

@@ -1,0 +1,210 @@
+"""Writing synthetic traces (streamed, atomic, with provenance) and ``synth --like``.
+
+:func:`write` streams :func:`helm_plan.synth.iter_chunks` to parquet one row
+group at a time, so memory stays at the per-request arrays plus one row group.
+
+``synth --like`` fits workload statistics from a real trace and scales them up.
+
+The fit reuses :func:`helm_plan.inspect.inspect_trace` (DuckDB, bounded
+memory), so the source may be larger than memory. Mapping to
+:class:`~helm_plan.synth.SynthConfig`:
+
+- ``zipf_alpha``: the weighted log-log rank/frequency fit (see
+  :mod:`helm_plan.inspect`);
+- ``revisit_gap_s`` / ``revisit_gap_sigma``: the median of the gaps between
+  a user's consecutive requests, and the log-normal spread implied by their
+  90th percentile, ``(ln p90 - ln p50) / 1.2816``;
+- ``new_items_mean``: mean new items of a revisit;
+- ``cold_history_mean``: mean new items of a user's first request;
+- cold-user share: kept by scaling ``users`` and ``qps`` by the same factor
+  over the source's duration (each user's request rate stays as observed);
+- ``items``: the source's distinct items times the scale.
+
+History lengths follow from those (first batch plus growth per revisit, capped
+at ``max_seq_len``); the source's history percentiles are stored beside the
+fit in the provenance so they can be compared with ``helm-plan inspect``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from helm_plan import io, trace
+from helm_plan.config import require_positive
+from helm_plan.errors import ConfigError, TraceError
+from helm_plan.inspect import ZIPF_MIN_COUNT, Progress, TraceStats, inspect_trace
+from helm_plan.synth import MAX_ITEMS, ROW_GROUP_ROWS, SynthConfig, iter_chunks, plan
+
+_Z90 = 1.2815515655446004  # standard normal 90th percentile
+
+
+@dataclass(frozen=True)
+class SynthResult:
+    """What :func:`write` produced."""
+
+    path: Path
+    """The trace file written."""
+    requests: int
+    """Rows (requests) written."""
+    users: int
+    """Distinct users."""
+    history_tokens: int
+    """Total new items over all requests."""
+    bursts: tuple[tuple[float, float], ...]
+    """Burst intervals (start_s, end_s) of the rate shape."""
+
+
+def provenance(cfg: SynthConfig, like: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Provenance stored in the file metadata of a synthetic trace."""
+    from helm_plan import __version__
+
+    prov: dict[str, Any] = {
+        "source": "synth",
+        "converter": "helm_plan.synth",
+        "arguments": dataclasses.asdict(cfg),
+        "seed": cfg.seed,
+        "schema_version": trace.SCHEMA_VERSION,
+        "generator_version": __version__,
+    }
+    if like is not None:
+        prov["like"] = like
+    return prov
+
+
+def write(
+    cfg: SynthConfig,
+    path: str | os.PathLike[str],
+    *,
+    like: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> SynthResult:
+    """Stream the trace to ``path`` one row group at a time (atomic; memory ~ one row group).
+
+    ``like`` (fitted statistics of a ``--like`` source) is stored in the provenance.
+    """
+    pl = plan(cfg)
+    if pl.n_requests == 0:
+        raise ConfigError(
+            f"qps={cfg.qps} over duration_s={cfg.duration_s} drew no requests",
+            hint="raise --qps or --duration-s",
+        )
+    meta = {
+        "helm_plan.schema_version": trace.SCHEMA_VERSION,
+        "helm_plan.provenance": json.dumps(provenance(cfg, like), sort_keys=True, default=str),
+    }
+    schema = pa.schema([pa.field(k, t) for k, t in trace.REQUIRED.items()])
+    with io.parquet_writer(path, schema, metadata=meta) as w:
+        row = 0
+        for chunk in iter_chunks(cfg, pl=pl, progress=progress):
+            w.write_table(
+                trace.validate(chunk, source=str(path), row_offset=row).cast(schema),
+                row_group_size=ROW_GROUP_ROWS,
+            )
+            row += chunk.num_rows
+    users = int(pl.user_id.max()) + 1
+    return SynthResult(Path(path), pl.n_requests, users, int(pl.n_new.sum()), pl.shape.bursts)
+
+
+@dataclass(frozen=True)
+class LikeFit:
+    """Statistics fitted from a source trace, before scaling."""
+
+    source: str
+    """The trace the statistics come from."""
+    requests: int
+    """Requests in the source."""
+    users: int
+    """Distinct users in the source."""
+    items: int
+    """Distinct items in the source."""
+    duration_s: float
+    """Source duration, seconds (at least 1)."""
+    mean_qps: float
+    """Source mean requests per second."""
+    zipf_alpha: float
+    """Fitted item popularity skew."""
+    cold_share: float
+    """Share of requests that are a user's first."""
+    revisit_gap_s: float
+    """Median gap between a user's consecutive requests, seconds."""
+    revisit_gap_sigma: float
+    """Log-normal spread of that gap from its 90th percentile."""
+    new_items_mean: float
+    """Mean new items per revisit."""
+    cold_history_mean: float
+    """Mean new items of a user's first request."""
+    history_len_p50: float
+    """Source median history length, tokens (for comparison)."""
+    history_len_p95: float
+    """Source 95th percentile history length, tokens (for comparison)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def fit(path: str | os.PathLike[str], *, progress: Progress | None = None) -> LikeFit:
+    """Fit the synth statistics of the trace at ``path``."""
+    st: TraceStats = inspect_trace(path, progress=progress)
+    if st.zipf_alpha is None:
+        raise TraceError(
+            f"{path}: too few repeated items to fit popularity skew "
+            f"({st.zipf_fit_ranks} items occur {ZIPF_MIN_COUNT}+ times, need 3)",
+            hint="use a longer trace, or pass --zipf-alpha",
+        )
+    p50 = st.revisit_gap_p50_s
+    p90 = st.revisit_gap_p90_s
+    if p50 is None or p90 is None:
+        gap, sigma = SynthConfig.revisit_gap_s, SynthConfig.revisit_gap_sigma
+    else:
+        gap = max(p50, 1e-3)
+        sigma = min(max((math.log(max(p90, gap)) - math.log(gap)) / _Z90, 0.1), 5.0)
+    return LikeFit(
+        source=str(path),
+        requests=st.requests,
+        users=st.users,
+        items=st.items,
+        duration_s=max(st.duration_s, 1.0),
+        mean_qps=st.requests / max(st.duration_s, 1.0),
+        zipf_alpha=min(max(st.zipf_alpha, 0.0), 5.0),
+        cold_share=st.cold_share,
+        revisit_gap_s=gap,
+        revisit_gap_sigma=sigma,
+        new_items_mean=(
+            st.revisit_new_items_mean
+            if st.revisit_new_items_mean is not None
+            else SynthConfig.new_items_mean
+        ),
+        cold_history_mean=max(st.first_request_items_mean, 1.0),
+        history_len_p50=st.history_len_p50,
+        history_len_p95=st.history_len_p95,
+    )
+
+
+def like_config(f: LikeFit, *, scale: float = 10.0, **overrides: Any) -> SynthConfig:
+    """A SynthConfig reproducing ``f`` with users, items and QPS scaled by ``scale``.
+
+    ``overrides`` (any SynthConfig field, e.g. ``qps=...``) win over the scaled values;
+    ``None`` values are ignored.
+    """
+    require_positive("scale", scale)
+    base: dict[str, Any] = {
+        "qps": f.mean_qps * scale,
+        "duration_s": f.duration_s,
+        "users": max(1, round(f.users * scale)),
+        "items": min(MAX_ITEMS, max(1, round(f.items * scale))),
+        "zipf_alpha": f.zipf_alpha,
+        "revisit_gap_s": f.revisit_gap_s,
+        "revisit_gap_sigma": f.revisit_gap_sigma,
+        "new_items_mean": f.new_items_mean,
+        "cold_history_mean": f.cold_history_mean,
+    }
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    return SynthConfig(**base)
