@@ -16,7 +16,8 @@ ModelOpt = Annotated[str, typer.Option("--model", help="Model profile name or TO
 LatencyOpt = Annotated[
     str | None,
     typer.Option(
-        "--latency", help="Latency profile name or TOML path [default: shipped GPU_MODEL profile]."
+        "--latency",
+        help="Latency profile name or TOML path (default: the shipped GPU_MODEL profile).",
     ),
 ]
 PoolBytesOpt = Annotated[

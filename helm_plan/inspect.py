@@ -188,6 +188,7 @@ def inspect_trace(
 
     p = Path(path)
     _check_file(p)
+    _check_sorted(p)
     has_cands = "candidates" in pq.read_schema(p).names
     steps = 3
     tick = progress or (lambda done, total: None)
@@ -313,3 +314,25 @@ def inspect_trace(
         emb_footprint_bytes=emb,
         kv_footprint_bytes=kv,
     )
+
+
+def _check_sorted(p: Path) -> None:
+    """Stream ``ts_s`` by row group (bounded memory) and name the first unsorted row."""
+    import numpy as np
+
+    last = -math.inf
+    row = 0
+    for batch in pq.ParquetFile(p).iter_batches(columns=["ts_s"], batch_size=1 << 20):
+        ts = batch.column(0).to_numpy(zero_copy_only=False)
+        if len(ts) == 0:
+            continue
+        prev = np.concatenate([[last], ts[:-1]])
+        bad = np.flatnonzero(ts < prev)
+        if len(bad):
+            r = row + int(bad[0])
+            raise TraceError(
+                f"{p} row {r}, column 'ts_s': timestamps not sorted ({ts[bad[0]]} after {prev[bad[0]]})",
+                hint="sort the trace by ts_s",
+            )
+        last = float(ts[-1])
+        row += len(ts)

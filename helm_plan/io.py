@@ -37,6 +37,10 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
     )
     os.close(fd)
     tmp = Path(tmp_name)
+    # mkstemp creates 0600; give the final file the usual umask-derived mode.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     try:
         yield tmp
         with open(tmp, "rb+") as fh:

@@ -260,3 +260,20 @@ def test_cli_inspect_bad_input(small_trace: Path, args: list[str], msg: str) -> 
     assert r.exit_code == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(msg), r.stderr
+
+
+def test_unsorted_trace_is_rejected_with_row(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from conftest import small_table
+
+    from helm_plan.errors import TraceError
+    from helm_plan.inspect import inspect_trace
+
+    t = small_table(50)
+    ts = t.column("ts_s").to_numpy().copy()
+    ts[30], ts[31] = ts[31], ts[30]
+    p = tmp_path / "unsorted.parquet"
+    pq.write_table(t.set_column(0, "ts_s", pa.array(ts)), p)
+    with pytest.raises(TraceError, match="row 31, column 'ts_s': timestamps not sorted"):
+        inspect_trace(p)
