@@ -119,13 +119,12 @@ def validate(table: pa.Table, *, source: str = "trace", row_offset: int = 0) -> 
                     f"{source} row {row}, column {name!r}: negative id {flat[idx].as_py()}",
                     hint="ids must be >= 0",
                 )
-        elif name in ("user_id", "n_candidates"):
-            if len(col) and pc.min(col).as_py() < 0:
-                row = _first_true(pc.less(col, 0)) + row_offset
-                raise TraceError(
-                    f"{source} row {row}, column {name!r}: negative value {col[row - row_offset].as_py()}",
-                    hint=f"{name} must be >= 0",
-                )
+        elif name in ("user_id", "n_candidates") and len(col) and pc.min(col).as_py() < 0:
+            row = _first_true(pc.less(col, 0)) + row_offset
+            raise TraceError(
+                f"{source} row {row}, column {name!r}: negative value {col[row - row_offset].as_py()}",
+                hint=f"{name} must be >= 0",
+            )
         out[name] = col
     ts = out["ts_s"].to_numpy()
     if not np.all(np.isfinite(ts)):
