@@ -1,0 +1,166 @@
+"""The oracle's label table: schema, observable window features, parquet read/write.
+
+One row per window (DESIGN.md, Oracle). Columns, in order:
+
+- bounds: ``window`` (int), ``start_s``, ``end_s``, ``requests`` (int),
+  ``warmup_start_s`` (start of the span the caches were warmed on);
+- observable features (what a server measures online; computed from the
+  trace, independent of ``r`` unless noted):
+  ``arrival_rate_rps``; ``rate_trend`` (rate / previous window's rate - 1,
+  0 for window 0); ``burst_score`` (rate / mean rate of up to
+  ``BURST_TRAILING`` previous windows, 1 for window 0); ``interarrival_cv``
+  (std/mean of inter-arrival gaps, NaN under 3 requests);
+  ``cold_user_share`` (share of requests that are their user's first in the
+  trace); ``hist_len_mean``, ``hist_len_p95`` (context length L, tokens);
+  ``emb_hit_rate``, ``kv_reuse_rate``, ``h2d_util`` (at ``r_star``; h2d_util
+  = demand-miss bytes / (h2d_bw · window_s)); ``emb_hit_prev``,
+  ``kv_reuse_prev`` (the previous window's at its ``r_star``: what a server
+  running the oracle schedule saw last window; NaN for window 0);
+- the label: ``r_star``, ``p99_ms``, ``p50_ms``, ``slo_attainment`` (at
+  r_star), ``flatness`` (max - min of the evaluated r whose P99 is within
+  ``flat_tol`` (2%) of the best), ``r_flat_lo``, ``r_flat_hi``, ``n_evals``
+  (distinct r simulated);
+- the coarse grid (wide float64 columns, one per grid ratio, named by the
+  ratio in percent with 3 digits: ``r000`` = 0.0, ``r010`` = 0.1, ...,
+  ``r100`` = 1.0): ``p99_ms_rXXX``, ``slo_att_rXXX``, ``emb_hit_rXXX``,
+  ``kv_reuse_rXXX``. The grid itself is in the file metadata.
+
+A window without requests has NaN label and grid values. The parquet file
+metadata holds ``helm_plan.labels_schema_version``, ``helm_plan.window_s``,
+``helm_plan.coarse_grid`` (JSON list) and ``helm_plan.oracle`` (JSON of the
+node and oracle configs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from helm_plan import io
+from helm_plan.errors import InputFileError
+
+LABELS_SCHEMA_VERSION = "1"
+BURST_TRAILING = 6
+"""Windows in the trailing mean of the burst score."""
+GRID_METRICS = ("p99_ms", "slo_att", "emb_hit", "kv_reuse")
+"""Prefixes of the coarse-grid columns."""
+REQUIRED_COLUMNS = ("window", "start_s", "end_s", "requests", "r_star", "p99_ms", "slo_attainment")
+
+
+def grid_suffix(r: float) -> str:
+    """Column suffix of grid ratio ``r``: ``r`` + percent with 3 digits (0.1 -> r010)."""
+    return f"r{round(r * 100):03d}"
+
+
+@dataclass(frozen=True, eq=False)
+class Labels:
+    """Per-window oracle labels (see the module docstring for the columns)."""
+
+    table: pl.DataFrame
+    """One row per window."""
+    window_s: float
+    """Window length the labels were made for, seconds."""
+    coarse_grid: tuple[float, ...]
+    """Ratios of the wide grid columns."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Configs and provenance (JSON-able)."""
+
+    @property
+    def r_star(self) -> np.ndarray:
+        return self.table["r_star"].to_numpy()
+
+    def grid(self, metric: str = "p99_ms") -> np.ndarray:
+        """(windows, grid points) array of one grid metric."""
+        cols = [f"{metric}_{grid_suffix(r)}" for r in self.coarse_grid]
+        return self.table.select(cols).to_numpy()
+
+
+def window_features(
+    ts_s: np.ndarray,
+    edges: np.ndarray,
+    window_s: float,
+    first_visit: np.ndarray,
+    ctx_len: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """Trace-only observable features per window (rate, trend, burst, CV, cold share, history)."""
+    n_w = len(edges) - 1
+    cnt = np.diff(edges).astype(np.float64)
+    rate = cnt / window_s
+    trend = np.zeros(n_w)
+    burst = np.ones(n_w)
+    cv = np.full(n_w, np.nan)
+    cold = np.full(n_w, np.nan)
+    hmean = np.full(n_w, np.nan)
+    h95 = np.full(n_w, np.nan)
+    for w in range(n_w):
+        s, e = int(edges[w]), int(edges[w + 1])
+        if w > 0:
+            trend[w] = rate[w] / rate[w - 1] - 1.0 if rate[w - 1] > 0 else 0.0
+            tm = rate[max(0, w - BURST_TRAILING) : w].mean()
+            burst[w] = rate[w] / tm if tm > 0 else 1.0
+        if e - s >= 3:
+            gaps = np.diff(ts_s[s:e])
+            mu = gaps.mean()
+            cv[w] = gaps.std() / mu if mu > 0 else 0.0
+        if e > s:
+            cold[w] = float(first_visit[s:e].mean())
+            hmean[w] = float(ctx_len[s:e].mean())
+            h95[w] = float(np.percentile(ctx_len[s:e], 95))
+    return {
+        "arrival_rate_rps": rate,
+        "rate_trend": trend,
+        "burst_score": burst,
+        "interarrival_cv": cv,
+        "cold_user_share": cold,
+        "hist_len_mean": hmean,
+        "hist_len_p95": h95,
+    }
+
+
+def write_labels(labels: Labels, path: str | os.PathLike[str]) -> Path:
+    """Atomically write ``labels`` as parquet with its metadata (via helm_plan.io)."""
+    meta = {
+        "helm_plan.labels_schema_version": LABELS_SCHEMA_VERSION,
+        "helm_plan.window_s": repr(float(labels.window_s)),
+        "helm_plan.coarse_grid": json.dumps(list(labels.coarse_grid)),
+        "helm_plan.oracle": json.dumps(labels.meta, sort_keys=True, default=str),
+    }
+    return io.write_parquet(path, labels.table.to_arrow(), metadata=meta)
+
+
+def read_labels(path: str | os.PathLike[str]) -> Labels:
+    """Read a labels file written by :func:`write_labels`, with precise errors."""
+    p = Path(path)
+    if not p.exists():
+        raise InputFileError(
+            f"labels file {p} not found", hint="make one with `helm-plan oracle TRACE -o FILE`"
+        )
+    try:
+        tbl = pq.read_table(p)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise InputFileError(f"cannot read {p} as parquet: {e}") from e
+    md = tbl.schema.metadata or {}
+    if b"helm_plan.labels_schema_version" not in md:
+        raise InputFileError(
+            f"{p} is not a helm-plan labels file (no labels schema version in its metadata)",
+            hint="make one with `helm-plan oracle TRACE -o FILE`",
+        )
+    df = pl.from_arrow(tbl)
+    assert isinstance(df, pl.DataFrame)
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise InputFileError(f"labels file {p} is missing column {missing[0]!r}")
+    return Labels(
+        table=df,
+        window_s=float(md[b"helm_plan.window_s"]),
+        coarse_grid=tuple(json.loads(md[b"helm_plan.coarse_grid"])),
+        meta=json.loads(md.get(b"helm_plan.oracle", b"{}")),
+    )

@@ -1,0 +1,151 @@
+"""FIFO queue with ``slots`` parallel executors and blocking jobs (DESIGN.md, Node model step 4).
+
+Requests are served in arrival order; each starts on the slot that frees
+first, so ``start = max(arrival, earliest slot free time)`` and the sojourn
+time is ``wait + service = finish - arrival``.
+
+A **blocking job** models an eager refill: it enters the FIFO at its time
+``t_b`` (before any request arriving at or after ``t_b``), waits until every
+slot is idle (requests queued before it are served first), then occupies all
+slots for its duration. Serving resumes when it ends.
+
+Window figures (:func:`window_stats`) are computed over the requests that
+**arrive** in each window, whenever they finish:
+
+- ``p50_ms``/``p99_ms``: percentiles of their sojourn times (numpy's default
+  linear interpolation; NaN for an empty window);
+- ``slo_attainment``: share with sojourn <= SLO;
+- ``throughput_rps``: their count divided by ``max(window length, last finish
+  - window start)``; it equals the arrival rate while the node keeps up and
+  falls below it when the node lags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+from helm_plan.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class QueueResult:
+    """Start and finish time of every request."""
+
+    start_s: np.ndarray
+    """Service start per request, seconds, float64."""
+    finish_s: np.ndarray
+    """Service end per request, seconds, float64."""
+    sojourn_s: np.ndarray
+    """finish - arrival per request (wait + service), seconds."""
+    blocked_s: float
+    """Total time all slots were held by blocking jobs, seconds."""
+
+
+_NO_T = np.zeros(0, np.float64)
+
+
+def fifo(
+    arrival_s: np.ndarray,
+    service_s: np.ndarray,
+    slots: int = 1,
+    *,
+    block_at_s: np.ndarray | None = None,
+    block_dur_s: np.ndarray | None = None,
+) -> QueueResult:
+    """Serve ``arrival_s`` (sorted) with ``service_s`` on ``slots`` FIFO executors."""
+    if isinstance(slots, bool) or int(slots) != slots or slots <= 0:
+        raise ConfigError(f"slots must be a positive integer, got {slots}")
+    arr = np.ascontiguousarray(arrival_s, np.float64)
+    svc = np.ascontiguousarray(service_s, np.float64)
+    if arr.shape != svc.shape or arr.ndim != 1:
+        raise ConfigError(
+            f"arrival_s and service_s must be 1-D of the same length, got {arr.shape} and {svc.shape}"
+        )
+    if len(arr) > 1 and np.any(np.diff(arr) < 0):
+        raise ConfigError("arrival_s must be sorted (non-decreasing)")
+    if len(svc) and svc.min() < 0:
+        raise ConfigError(f"service_s must be >= 0, got {svc.min()}")
+    bt = _NO_T if block_at_s is None else np.ascontiguousarray(block_at_s, np.float64)
+    bd = _NO_T if block_dur_s is None else np.ascontiguousarray(block_dur_s, np.float64)
+    if bt.shape != bd.shape:
+        raise ConfigError("block_at_s and block_dur_s must have the same length")
+    if len(bt) > 1 and np.any(np.diff(bt) < 0):
+        raise ConfigError("block_at_s must be sorted")
+    if len(bd) and bd.min() < 0:
+        raise ConfigError(f"block durations must be >= 0, got {bd.min()}")
+    start = np.empty_like(arr)
+    finish = np.empty_like(arr)
+    blocked = _fifo(arr, svc, int(slots), bt, bd, start, finish)
+    return QueueResult(start, finish, finish - arr, float(blocked))
+
+
+@nb.njit(cache=True)
+def _fifo(arr, svc, slots, bt, bd, start, finish):
+    free = np.zeros(slots, np.float64)
+    nblk = bt.shape[0]
+    b = 0
+    blocked = 0.0
+    for i in range(arr.shape[0]):
+        while b < nblk and bt[b] <= arr[i]:
+            t = bt[b]
+            for k in range(slots):
+                if free[k] > t:
+                    t = free[k]
+            t += bd[b]
+            for k in range(slots):
+                free[k] = t
+            blocked += bd[b]
+            b += 1
+        k = 0
+        for j in range(1, slots):
+            if free[j] < free[k]:
+                k = j
+        s = arr[i] if arr[i] > free[k] else free[k]
+        start[i] = s
+        finish[i] = s + svc[i]
+        free[k] = finish[i]
+    while b < nblk:  # blocks after the last arrival still count as blocked time
+        blocked += bd[b]
+        b += 1
+    return blocked
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    return float(np.percentile(x, q)) if len(x) else float("nan")
+
+
+def window_stats(
+    arrival_s: np.ndarray,
+    sojourn_s: np.ndarray,
+    edges: np.ndarray,
+    window_s: float,
+    slo_s: float,
+    *,
+    t0_s: float = 0.0,
+) -> dict[str, np.ndarray]:
+    """Per-window p50_ms, p99_ms, slo_attainment, throughput_rps, requests.
+
+    Window ``w`` holds requests ``edges[w]:edges[w+1]`` and starts at
+    ``t0_s + w * window_s``.
+    """
+    n_w = len(edges) - 1
+    out = {
+        k: np.full(n_w, np.nan) for k in ("p50_ms", "p99_ms", "slo_attainment", "throughput_rps")
+    }
+    out["requests"] = np.diff(edges).astype(np.int64)
+    for w in range(n_w):
+        s, e = int(edges[w]), int(edges[w + 1])
+        ws = t0_s + w * window_s
+        if e == s:
+            out["throughput_rps"][w] = 0.0
+            continue
+        soj = sojourn_s[s:e]
+        out["p50_ms"][w] = _pct(soj, 50) * 1e3
+        out["p99_ms"][w] = _pct(soj, 99) * 1e3
+        out["slo_attainment"][w] = float(np.mean(soj <= slo_s))
+        last = float(np.max(arrival_s[s:e] + soj))
+        out["throughput_rps"][w] = (e - s) / max(window_s, last - ws)
+    return out

@@ -1,0 +1,160 @@
+"""Sensitivity measures (DESIGN.md, Sensitivity): regret, ratio distance, flatness, adaptivity CI.
+
+- ``regret = P99(r) / P99(r*) - 1`` (0 at the optimum);
+- ``ratio distance = |r - r*|``;
+- ``flatness``: the range (max - min) of r whose P99 is within ``tol`` (2%) of the best;
+- the **value of adaptivity** ``1 - P99_adaptive / P99_static`` (the relative
+  P99 cut of an adaptive schedule against best static), with a percentile
+  bootstrap CI over windows: each replicate draws windows with replacement
+  (seeded) and recomputes both P99s over the pooled requests of the drawn
+  windows (each request weighted by how often its window was drawn; the
+  weighted quantile is the inverted CDF: the smallest sojourn whose
+  cumulative weight reaches q of the total).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from helm_plan.config import require_range
+from helm_plan.errors import ConfigError
+
+
+def regret(p99_ms: np.ndarray | float, p99_star_ms: np.ndarray | float) -> np.ndarray:
+    """P99(r)/P99(r*) - 1, elementwise."""
+    return np.asarray(p99_ms, np.float64) / np.asarray(p99_star_ms, np.float64) - 1.0
+
+
+def ratio_distance(r: np.ndarray | float, r_star: np.ndarray | float) -> np.ndarray:
+    """|r - r*|, elementwise."""
+    return np.abs(np.asarray(r, np.float64) - np.asarray(r_star, np.float64))
+
+
+def flatness(ratios: np.ndarray, p99_ms: np.ndarray, tol: float = 0.02) -> float:
+    """Range of ``ratios`` whose P99 is within ``tol`` of the lowest (NaN P99s ignored)."""
+    r = np.asarray(ratios, np.float64)
+    p = np.asarray(p99_ms, np.float64)
+    ok = np.isfinite(p)
+    if not ok.any():
+        return float("nan")
+    best = p[ok].min()
+    near = r[ok & (p <= best * (1.0 + tol))]
+    return float(near.max() - near.min())
+
+
+def window_regret(grid_r: np.ndarray, grid_p99_ms: np.ndarray, ratios: np.ndarray) -> np.ndarray:
+    """Per-window regret of ``ratios`` read off each window's P99 grid (linear interpolation).
+
+    ``grid_p99_ms`` has shape (windows, len(grid_r)), e.g. ``Labels.grid("p99_ms")``;
+    the optimum is the grid minimum.
+    """
+    g = np.asarray(grid_p99_ms, np.float64)
+    out = np.full(g.shape[0], np.nan)
+    for w in range(g.shape[0]):
+        ok = np.isfinite(g[w])
+        if ok.any() and np.isfinite(ratios[w]):
+            out[w] = np.interp(ratios[w], grid_r[ok], g[w, ok]) / g[w, ok].min() - 1.0
+    return out
+
+
+def weighted_quantile(sorted_x: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """Inverted-CDF quantile of sorted values with non-negative weights."""
+    cw = np.cumsum(weights)
+    if cw[-1] <= 0:
+        return float("nan")
+    i = int(np.searchsorted(cw, q * cw[-1], side="left"))
+    return float(sorted_x[min(i, len(sorted_x) - 1)])
+
+
+@dataclass(frozen=True)
+class AdaptivityCI:
+    """Value of adaptivity (relative P99 cut vs static) with a bootstrap CI over windows."""
+
+    value: float
+    """1 - P99_adaptive / P99_static on all windows."""
+    lo: float
+    """Lower CI bound."""
+    hi: float
+    """Upper CI bound."""
+    level: float
+    """Confidence level, e.g. 0.95."""
+    static_p99_ms: float
+    """Static P99 on all windows, ms."""
+    adaptive_p99_ms: float
+    """Adaptive P99 on all windows, ms."""
+    n_boot: int
+    """Bootstrap replicates."""
+    n_windows: int
+    """Windows resampled."""
+
+
+def adaptivity_ci(
+    static_sojourn_s: np.ndarray,
+    adaptive_sojourn_s: np.ndarray,
+    window_idx: np.ndarray,
+    *,
+    q: float = 0.99,
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> AdaptivityCI:
+    """Bootstrap CI over windows of ``1 - P_q(adaptive)/P_q(static)`` (same requests, same windows)."""
+    s = np.asarray(static_sojourn_s, np.float64)
+    a = np.asarray(adaptive_sojourn_s, np.float64)
+    w = np.asarray(window_idx, np.int64)
+    if not (len(s) == len(a) == len(w)) or len(s) == 0:
+        raise ConfigError(
+            f"adaptivity_ci needs equal non-empty arrays, got {len(s)}, {len(a)}, {len(w)}"
+        )
+    require_range("level", level, 0.0, 1.0)
+    require_range("q", q, 0.0, 1.0)
+    if n_boot <= 0:
+        raise ConfigError(f"n_boot must be positive, got {n_boot}")
+    wins, wdense = np.unique(w, return_inverse=True)
+    n_w = len(wins)
+    os_, oa = np.argsort(s, kind="stable"), np.argsort(a, kind="stable")
+    s_sorted, a_sorted = s[os_], a[oa]
+    ws, wa = wdense[os_], wdense[oa]
+    ones = np.ones(n_w)
+    s_all = weighted_quantile(s_sorted, ones[ws], q)
+    a_all = weighted_quantile(a_sorted, ones[wa], q)
+    rng = np.random.default_rng(seed)
+    vals = np.empty(n_boot)
+    for b in range(n_boot):
+        mult = np.bincount(rng.integers(0, n_w, n_w), minlength=n_w).astype(np.float64)
+        vals[b] = 1.0 - weighted_quantile(a_sorted, mult[wa], q) / weighted_quantile(
+            s_sorted, mult[ws], q
+        )
+    alpha = (1.0 - level) / 2
+    lo, hi = np.quantile(vals, [alpha, 1.0 - alpha])
+    return AdaptivityCI(
+        value=1.0 - a_all / s_all,
+        lo=float(lo),
+        hi=float(hi),
+        level=level,
+        static_p99_ms=s_all * 1e3,
+        adaptive_p99_ms=a_all * 1e3,
+        n_boot=n_boot,
+        n_windows=n_w,
+    )
+
+
+def sensitivity_table(
+    labels_table: pl.DataFrame, ratios: np.ndarray, grid_r: np.ndarray
+) -> pl.DataFrame:
+    """Per-window |r - r*|, regret (from the coarse P99 grid) and flatness for a ratio schedule."""
+    cols = [f"p99_ms_r{round(r * 100):03d}" for r in grid_r]
+    g = labels_table.select(cols).to_numpy()
+    return pl.DataFrame(
+        {
+            "window": labels_table["window"],
+            "ratio": np.asarray(ratios, np.float64),
+            "r_star": labels_table["r_star"],
+            "ratio_distance": ratio_distance(ratios, labels_table["r_star"].to_numpy()),
+            "regret": window_regret(np.asarray(grid_r), g, np.asarray(ratios, np.float64)),
+            "flatness": labels_table["flatness"],
+        }
+    )
