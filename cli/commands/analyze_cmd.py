@@ -1,9 +1,126 @@
-"""`helm-plan analyze`: not registered yet (being built)."""
+"""`helm-plan analyze`: the end-to-end run (inspect, curves, oracle, policies, report)."""
 
 from __future__ import annotations
 
+import shlex
+import sys
+from pathlib import Path
+
 import typer
+from helm_plan_cli.options import (
+    DemoOpt,
+    GpuOptionalOpt,
+    LatencyOpt,
+    ModelProfileOptionalOpt,
+    PlanFileOpt,
+    PoolBytesOpt,
+    PoolFractionOpt,
+    QuietOpt,
+    RunDirOpt,
+    SeedOptionalOpt,
+    SloMsOptionalOpt,
+    WindowSOptionalOpt,
+    WorkersOptionalOpt,
+)
+from helm_plan_cli.progress import err_console, out_console, task
+from rich.table import Table
+
+from helm_plan import analyze
+from helm_plan.config import load_plan
+from helm_plan.errors import ConfigError
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.2f} ms"
+
+
+def headline_table(res: analyze.AnalyzeResult) -> Table:
+    """The short table of headline figures printed at the end of a run."""
+    s = res.summary
+    bs, orc, voa = s["best_static"], s["oracle"], s["value_of_adaptivity"]
+    pols = {p["name"]: p for p in s["policies"]}
+    t = Table(title=f"helm-plan analyze: {res.out_dir}", show_header=True)
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    t.add_row("best static r", f"{bs['ratio']:.2f}" if bs["ratio"] is not None else "-")
+    t.add_row(
+        "best static P99 / SLO attainment", f"{_ms(bs['p99_ms'])} / {_pct(bs['slo_attainment'])}"
+    )
+    ad = pols.get("adaptive", {})
+    t.add_row("adaptive P99 / SLO attainment",
+              f"{_ms(ad.get('p99_ms'))} / {_pct(ad.get('slo_attainment'))}")  # fmt: skip
+    t.add_row(
+        "P99 reduction vs best static",
+        f"{_pct(voa['p99_reduction'])} (CI {_pct(voa['ci_low'])} .. {_pct(voa['ci_high'])})",
+    )
+    if orc["ratio_min"] is not None:
+        t.add_row("oracle r* range", f"{orc['ratio_min']:.2f} .. {orc['ratio_max']:.2f}")
+    t.add_row("oracle P99", _ms(orc["p99_ms"]))
+    cached = [r.name for r in res.stages if r.cached]
+    t.add_row("stages reused", ", ".join(cached) if cached else "none")
+    t.add_row("total time", f"{sum(r.seconds for r in res.stages):.1f} s")
+    t.add_row("report", str(res.report_path))
+    return t
+
+
+def analyze_command(
+    trace: Path | None = typer.Argument(
+        None, help="Canonical request trace (parquet); omit with --demo.", show_default=False
+    ),
+    out: RunDirOpt = None,
+    gpu: GpuOptionalOpt = None,
+    model: ModelProfileOptionalOpt = None,
+    latency: LatencyOpt = None,
+    slo_ms: SloMsOptionalOpt = None,
+    window_s: WindowSOptionalOpt = None,
+    pool_bytes: PoolBytesOpt = None,
+    pool_fraction: PoolFractionOpt = None,
+    config: PlanFileOpt = None,
+    workers: WorkersOptionalOpt = None,
+    seed: SeedOptionalOpt = None,
+    demo: DemoOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Analyze a trace end to end and write report.html, summary.json, helm.duckdb, labels.parquet."""
+    if demo and trace is not None:
+        raise ConfigError("give a TRACE or --demo, not both")
+    if not demo and trace is None:
+        raise ConfigError(
+            "missing TRACE", hint="pass a trace parquet, or --demo for the demo trace"
+        )
+    plan = load_plan(config) if config is not None else {}
+    if demo:
+        plan = analyze.demo_plan(plan)
+    overrides = {
+        "gpu": gpu, "model": model, "latency": latency, "slo_ms": slo_ms, "window_s": window_s,
+        "pool_bytes": pool_bytes, "pool_fraction": pool_fraction, "workers": workers, "seed": seed,
+    }  # fmt: skip
+    if pool_bytes is not None:
+        overrides["pool_fraction"] = None
+        plan.get("analyze", {}).pop("pool_fraction", None)
+    cfg = analyze.build_config(plan, overrides)
+    if demo:
+        out_dir = out or Path("reports/out/demo")
+        with task("demo trace", quiet=quiet) as tick:
+            trace = analyze.prepare_demo(out_dir, analyze.demo_synth_config(plan, seed))
+            tick(1, 1)
+    else:
+        assert trace is not None
+        out_dir = out or Path("reports/out") / trace.stem
+    res = analyze.run_analyze(
+        trace, cfg, out_dir,
+        progress_factory=lambda label: task(label, quiet=quiet),
+        command=shlex.join(["helm-plan", *sys.argv[1:]]) if sys.argv else "",
+    )  # fmt: skip
+    for note in res.notes:
+        err_console.print(f"[yellow]note:[/yellow] {note}")
+    out_console.print(headline_table(res))
 
 
 def register(app: typer.Typer) -> None:
     """Add this command to ``app``."""
+    app.command("analyze")(analyze_command)

@@ -1,0 +1,364 @@
+"""The stage calls behind ``helm-plan analyze``: one function per stage, tables out.
+
+Each stage calls the library stage that owns the computation (inspect, cache
+curves, oracle, node simulator, sensitivity) and turns its typed result into
+the named tables of the run store (:mod:`helm_plan.report.store`). Nothing
+here prints or writes files; :mod:`helm_plan.analyze` caches the outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from helm_plan.arrays import TraceArrays
+from helm_plan.cache import core
+from helm_plan.cache.curves import CurvesConfig, compute_curves
+from helm_plan.latency.model import TERMS, LatencyModel
+from helm_plan.oracle import OracleConfig, best_static, label_windows
+from helm_plan.oracle_labels import Labels, grid_suffix
+from helm_plan.profiles import Pool
+from helm_plan.sim.node import NodeConfig, NodeContext, NodeResult, simulate_node
+from helm_plan.sim.policies import fill_forward
+from helm_plan.sim.queue import fifo
+from helm_plan.sim.sensitivity import adaptivity_ci, sensitivity_table
+
+Progress = Callable[[int, int], None]
+
+
+def _noop(done: int, total: int) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class StageOutput:
+    """What a stage hands downstream and to the run store."""
+
+    tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    """Named tables for the run store."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Scalar JSON-able results."""
+
+
+# ------------------------------------------------------------------ inspect
+
+
+def stage_inspect(trace_path: Path, ctx: NodeContext, progress: Progress = _noop) -> StageOutput:
+    """Trace statistics (DuckDB, :func:`helm_plan.inspect.inspect_trace`) and workload series."""
+    from helm_plan.inspect import inspect_trace
+
+    stats = inspect_trace(trace_path, ctx.model, progress=progress).to_json()
+    stats.pop("trace", None)
+    stats.pop("schema_version", None)
+    names, values, texts = [], [], []
+    for k, v in stats.items():
+        names.append(k)
+        num = isinstance(v, int | float) and not isinstance(v, bool)
+        values.append(float(v) if num else None)
+        texts.append(None if num or v is None else str(v))
+    tables = {
+        "stats": pl.DataFrame(
+            {"name": names, "value": values, "text": texts},
+            schema={"name": pl.String, "value": pl.Float64, "text": pl.String},
+        ),
+        **workload_tables(ctx.arrays, ctx.model.max_seq_len),
+    }
+    return StageOutput(tables=tables, meta={"stats_schema_version": "1"})
+
+
+def workload_tables(a: TraceArrays, max_seq_len: int) -> dict[str, pl.DataFrame]:
+    """Arrival rate per bin, context-length histogram and item popularity by rank."""
+    dur = float(a.ts_s[-1]) if a.n_requests else 0.0
+    bin_s = max(1.0, float(np.ceil(dur / 600.0)))
+    n_bins = int(dur // bin_s) + 1
+    cnt = np.bincount((a.ts_s // bin_s).astype(np.int64), minlength=n_bins)
+    arrivals = pl.DataFrame(
+        {"t_s": np.arange(n_bins) * bin_s, "requests": cnt.astype(np.int64), "qps": cnt / bin_s}
+    )
+    L = np.minimum(a.hist_end, max_seq_len)
+    top = max(int(L.max()) if len(L) else 1, 1)
+    edges = np.unique(np.concatenate([[0], 2 ** np.arange(0, int(np.ceil(np.log2(top))) + 1)]))
+    edges = edges[edges <= top]
+    idx = np.searchsorted(edges, L, side="right") - 1
+    hcnt = np.bincount(idx, minlength=len(edges))
+    hi = np.append(edges[1:] - 1, top)
+    hi = np.maximum(hi, edges)
+    history = pl.DataFrame(
+        {"len_lo": edges.astype(np.int64), "len_hi": hi.astype(np.int64), "requests": hcnt}
+    ).filter(pl.col("requests") > 0)
+    occ = np.sort(np.bincount(a.hist_values, minlength=a.n_items))[::-1]
+    occ = occ[occ > 0]
+    ranks = np.unique(np.geomspace(1, max(len(occ), 1), num=min(len(occ), 200)).astype(np.int64))
+    popularity = pl.DataFrame({"rank": ranks, "count": occ[ranks - 1].astype(np.int64)})
+    return {
+        "workload_arrivals": arrivals,
+        "workload_history": history,
+        "workload_popularity": popularity,
+    }
+
+
+# ------------------------------------------------------------------ curves
+
+
+def stage_curves(ctx: NodeContext, cfg: CurvesConfig, progress: Progress = _noop) -> StageOutput:
+    """EMB hit-rate and KV reuse curves over the pool (:func:`compute_curves`)."""
+    pool = Pool(ctx.pool_bytes, ctx.pool_source)
+    cv = compute_curves(ctx.arrays, ctx.gpu, ctx.model, pool, cfg, progress)
+    keep = ["kind", "window", "window_start_s", "window_end_s", "capacity_bytes",
+            "pool_fraction", "hit_rate", "n_accesses", "exact"]  # fmt: skip
+    table = cv.table.select(keep).with_columns(pl.col("window").cast(pl.Int64))
+    knees = cv.knees.with_columns(pl.col("window").cast(pl.Int64))
+    return StageOutput(
+        tables={"curves": table, "curve_knees": knees},
+        meta={"curves_emb_kv_tokens": cv.emb_kv_tokens, "curves_ratio": cfg.ratio},
+    )
+
+
+# ------------------------------------------------------------------ oracle
+
+
+def stage_oracle(
+    ctx: NodeContext, node_cfg: NodeConfig, oracle_cfg: OracleConfig, progress: Progress = _noop
+) -> Labels:
+    """Per-window offline-optimal ratio (:func:`helm_plan.oracle.label_windows`)."""
+    return label_windows(ctx, node_cfg, oracle_cfg, progress)
+
+
+def labels_tables(labels: Labels) -> dict[str, pl.DataFrame]:
+    """The labels as report tables: one row per window, plus the long coarse grid."""
+    t = labels.table
+    lab = t.select(
+        pl.col("window").cast(pl.Int64),
+        pl.col("start_s").alias("t_start_s"),
+        pl.col("end_s").alias("t_end_s"),
+        pl.col("requests").cast(pl.Int64).alias("n_requests"),
+        "r_star", "p99_ms", "slo_attainment",
+        pl.col("r_flat_lo").alias("flat_lo"),
+        pl.col("r_flat_hi").alias("flat_hi"),
+        pl.col("flatness").alias("flat_width"),
+        pl.col("n_evals").cast(pl.Int64),
+    )  # fmt: skip
+    rows = []
+    for r in labels.coarse_grid:
+        sfx = grid_suffix(r)
+        rows.append(
+            t.select(
+                pl.col("window").cast(pl.Int64),
+                pl.lit(float(r)).alias("ratio"),
+                pl.col(f"p99_ms_{sfx}").alias("p99_ms"),
+                pl.col(f"slo_att_{sfx}").alias("slo_attainment"),
+                pl.col(f"emb_hit_{sfx}").alias("emb_hit_rate"),
+                pl.col(f"kv_reuse_{sfx}").alias("kv_reuse_rate"),
+            )
+        )
+    grid = pl.concat(rows).sort(["window", "ratio"])
+    return {"labels": lab, "labels_grid": grid}
+
+
+# ------------------------------------------------------------------ policies
+
+POLICY_NAMES = ("best-static", "emb-max", "kv-max", "naive-adaptive", "adaptive")
+"""Policies compared by analyze, in table order."""
+
+
+def policy_schedules(
+    n_windows: int, best_static_ratio: float, labels: Labels
+) -> dict[str, tuple[np.ndarray, str | None]]:
+    """Ratio per window and refill-mode override (None = the node config's) of each policy."""
+    sched = fill_forward(labels.r_star.astype(np.float64))
+    return {
+        "best-static": (np.full(n_windows, best_static_ratio), None),
+        "emb-max": (np.ones(n_windows), None),
+        "kv-max": (np.zeros(n_windows), None),
+        "naive-adaptive": (sched, "eager"),
+        "adaptive": (sched, "throttled"),
+    }
+
+
+def run_policy(
+    ctx: NodeContext, ratios: np.ndarray, node_cfg: NodeConfig, refill: str | None
+) -> NodeResult:
+    """One node simulation of a policy (what ``helm-plan simulate`` runs)."""
+    cfg = node_cfg if refill is None else dataclasses.replace(node_cfg, refill=refill)
+    return simulate_node(ctx, ratios, cfg)
+
+
+def oracle_pooled(
+    ctx: NodeContext, labels: Labels, node_cfg: NodeConfig, warmup_windows: int
+) -> tuple[float, float]:
+    """Whole-trace (P99 ms, SLO attainment) of the oracle: each measured window at its r*.
+
+    Every window is evaluated as the oracle labelled it (caches cold at r* at
+    the start of its warm-up span, queue included, no reallocation cost), and
+    the measured windows' sojourns are pooled.
+    """
+    edges = ctx.edges(node_cfg.window_s)
+    soj: list[np.ndarray] = []
+    a = ctx.arrays
+    for w, r in enumerate(labels.r_star):
+        s, e = int(edges[w]), int(edges[w + 1])
+        if w < node_cfg.warmup_windows or e == s or not np.isfinite(r):
+            continue
+        ws = int(edges[max(w - warmup_windows, 0)])
+        state = core.new_state(a, float(r), ctx.pool_bytes, ctx.model)
+        res = core.replay(a, state, ws, e, max_seq_len=ctx.model.max_seq_len)
+        sl = slice(ws, e)
+        svc = ctx.latency.service_time_s(
+            res.n_computed, ctx.ctx_len[sl], ctx.n_cand[sl], res.n_lookup, res.n_miss
+        )
+        soj.append(fifo(a.ts_s[sl], svc, node_cfg.slots).sojourn_s[s - ws :])
+    if not soj:
+        return float("nan"), float("nan")
+    x = np.concatenate(soj)
+    return float(np.percentile(x, 99) * 1e3), float(np.mean(x <= node_cfg.slo_ms / 1e3))
+
+
+def _terms_ms(ctx: NodeContext, lat: LatencyModel, res: NodeResult, i0: int) -> dict[str, float]:
+    """Mean per-request service time by term over measured requests, ms (h2d = remainder)."""
+    sl = slice(i0, None)
+    n_cand = ctx.n_cand[sl]
+    t = lat.terms_s(res.n_computed[sl], ctx.ctx_len[sl], n_cand,
+                    res.n_computed[sl] + n_cand, res.n_miss[sl])  # fmt: skip
+    out = {k: float(np.mean(t[k]) * 1e3) for k in TERMS if k != "h2d"}
+    out["h2d"] = float(np.mean(res.service_s[sl]) * 1e3) - sum(out.values())
+    out["queue_wait"] = float(np.mean(res.sojourn_s[sl] - res.service_s[sl]) * 1e3)
+    return {k: out[k] for k in (*TERMS, "queue_wait")}
+
+
+def stage_policies(
+    ctx: NodeContext,
+    node_cfg: NodeConfig,
+    oracle_cfg: OracleConfig,
+    labels: Labels,
+    *,
+    n_boot: int,
+    confidence: float,
+    seed: int,
+    progress: Progress = _noop,
+) -> StageOutput:
+    """Best static search, the five policies, oracle pooled figures and sensitivity."""
+    n_w = ctx.n_windows(node_cfg.window_s)
+    grid_n = len(labels.coarse_grid)
+    total = grid_n + len(POLICY_NAMES) + 2
+    progress(0, total)
+    bs = best_static(ctx, node_cfg, oracle_cfg, lambda d, t: progress(min(d, grid_n), total))
+    done = grid_n
+    progress(done, total)
+    results: dict[str, NodeResult] = {}
+    pw, pols, terms, sens = [], [], [], []
+    grid_r = np.asarray(labels.coarse_grid)
+    lab_r = labels.r_star
+    for name, (ratios, refill) in policy_schedules(n_w, bs.ratio, labels).items():
+        res = run_policy(ctx, ratios, node_cfg, refill)
+        results[name] = res
+        win = res.windows.rename(
+            {"start_s": "t_start_s", "end_s": "t_end_s", "requests": "n_requests"}
+        )
+        pw.append(win.select(pl.lit(name).alias("policy"), pl.all()))
+        m = res.measured_from_window
+        st = sensitivity_table(labels.table, ratios, grid_r).with_columns(
+            pl.lit(name).alias("policy")
+        )
+        st_m = st.filter(pl.col("window") >= m)
+        sens.append(
+            st_m.select(
+                "policy",
+                "window",
+                "ratio",
+                "r_star",
+                pl.col("ratio_distance").alias("abs_dr"),
+                "regret",
+            )  # fmt: skip
+        )
+        i0 = int(ctx.edges(node_cfg.window_s)[m])
+        for k, v in _terms_ms(ctx, ctx.latency, res, i0).items():
+            terms.append({"policy": name, "term": k, "mean_ms": v})
+        ok = np.isfinite(lab_r[m:])
+        pols.append(
+            {
+                "policy": name,
+                "refill": refill or node_cfg.refill,
+                "p99_ms": res.p99_ms,
+                "p50_ms": res.p50_ms,
+                "slo_attainment": res.slo_attainment,
+                "mean_ratio": float(np.mean(ratios[m:])),
+                "mean_abs_dr": float(np.mean(np.abs(ratios[m:][ok] - lab_r[m:][ok]))),
+                "median_regret": float(st_m["regret"].median()),
+                "emb_hit_rate": res.emb_hit_rate,
+                "kv_reuse_rate": res.kv_reuse_rate,
+                "h2d_gb": res.h2d_bytes / 1e9,
+                "blocked_ms": res.blocked_s * 1e3,
+                "throughput_rps": res.throughput_rps,
+                "requests": res.requests,
+            }
+        )
+        done += 1
+        progress(done, total)
+    o_p99, o_att = oracle_pooled(ctx, labels, node_cfg, oracle_cfg.warmup_windows)
+    done += 1
+    progress(done, total)
+    base = results["best-static"]
+    i0 = int(ctx.edges(node_cfg.window_s)[base.measured_from_window])
+    ad_rows = []
+    for name in ("naive-adaptive", "adaptive"):
+        ci = adaptivity_ci(
+            base.sojourn_s[i0:], results[name].sojourn_s[i0:], base.window_idx[i0:],
+            n_boot=n_boot, level=confidence, seed=seed,
+        )  # fmt: skip
+        ad_rows.append(
+            {
+                "policy": name,
+                "baseline": "best-static",
+                "p99_reduction": 1.0 - results[name].p99_ms / base.p99_ms,
+                "ci_low": ci.lo,
+                "ci_high": ci.hi,
+                "confidence": confidence,
+                "n_boot": n_boot,
+                "n_windows": ci.n_windows,
+            }
+        )
+    progress(total, total)
+    static_eval = bs.evaluated.rename({"r": "ratio"})
+    tables = {
+        "policy_windows": pl.concat(pw, how="vertical_relaxed"),
+        "policies": pl.DataFrame(pols),
+        "latency_terms": pl.DataFrame(terms),
+        "sensitivity": pl.concat(sens, how="vertical_relaxed"),
+        "adaptivity": pl.DataFrame(ad_rows),
+        "static_sweep": static_eval,
+    }
+    meta = {
+        "best_static_ratio": bs.ratio,
+        "best_static_method": bs.method,
+        "best_static_flatness": bs.flatness,
+        "oracle_p99_ms": o_p99,
+        "oracle_slo_attainment": o_att,
+        "measured_from_window": base.measured_from_window,
+    }
+    return StageOutput(tables=tables, meta=meta)
+
+
+def latency_table(lat: LatencyModel, source: str) -> pl.DataFrame:
+    """The resolved latency coefficients with units."""
+    units = {
+        "t0_s": "s", "prefill_a_s": "s / computed token",
+        "prefill_b_s": "s / (computed token · context token)", "score_c_s": "s / candidate",
+        "score_d_s": "s / (candidate · context token)", "host_gather_s": "s / missed row",
+        "row_bytes": "bytes", "hbm_bw_Bps": "bytes / s", "h2d_bw_Bps": "bytes / s",
+        "h2d_latency_s": "s / copy",
+    }  # fmt: skip
+    names = [f.name for f in dataclasses.fields(lat)]
+    return pl.DataFrame(
+        {
+            "name": names,
+            "value": [float(getattr(lat, n)) for n in names],
+            "unit": [units.get(n, "") for n in names],
+            "source": [source] * len(names),
+        }
+    )

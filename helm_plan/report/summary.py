@@ -1,0 +1,244 @@
+"""summary.json: the stable, versioned machine-readable result of ``helm-plan analyze``.
+
+The schema is documented in ``docs/summary-schema.md``. Bump
+:data:`SUMMARY_SCHEMA_VERSION` on any change: the minor number for added
+keys, the major number for renamed or removed keys or changed meanings.
+Everything here is derived from a :class:`RunData`, so ``helm-plan report``
+can rebuild it from the run store.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import polars as pl
+
+from helm_plan.report.store import RunData
+
+SUMMARY_SCHEMA = "helm-plan/summary"
+SUMMARY_SCHEMA_VERSION = "1.0"
+
+FLAT_TOLERANCE = 0.02
+"""Relative P99 tolerance that defines the near-optimal (flat) band and 'hardly matters'."""
+
+BASELINE = "best-static"
+ADAPTIVE = "adaptive"
+
+
+def _num(v: Any) -> float | None:
+    if v is None:
+        return None
+    f = float(v)
+    return None if math.isnan(f) else f
+
+
+def _policy_rows(run: RunData) -> list[dict[str, Any]]:
+    df = run.table("policies")
+    if df.is_empty():
+        return []
+    return [
+        {
+            "name": r["policy"],
+            "p99_ms": _num(r["p99_ms"]),
+            "slo_attainment": _num(r["slo_attainment"]),
+            "mean_ratio": _num(r["mean_ratio"]),
+        }
+        for r in df.iter_rows(named=True)
+    ]
+
+
+def stats_dict(run: RunData) -> dict[str, Any]:
+    """Trace statistics as a flat dict (numbers as numbers, the rest as text)."""
+    df = run.table("stats")
+    out: dict[str, Any] = {}
+    for r in df.iter_rows(named=True):
+        v = r["value"]
+        if v is not None and not math.isnan(v):
+            out[r["name"]] = int(v) if float(v).is_integer() and abs(v) < 2**53 else v
+        else:
+            out[r["name"]] = r["text"]
+    return out
+
+
+def headline(run: RunData) -> dict[str, Any]:
+    """The comparison figures: best static, oracle, policies and value of adaptivity."""
+    pols = {p["name"]: p for p in _policy_rows(run)}
+    bs = pols.get(BASELINE, {})
+    lab = run.table("labels")
+    ad = run.table("adaptivity")
+    adr = ad.filter(pl.col("policy") == ADAPTIVE) if not ad.is_empty() else ad
+    voa: dict[str, Any] = {
+        "policy": ADAPTIVE,
+        "baseline": BASELINE,
+        "p99_reduction": None,
+        "ci_low": None,
+        "ci_high": None,
+        "confidence": None,
+        "n_boot": None,
+    }
+    if not adr.is_empty():
+        r = adr.row(0, named=True)
+        voa.update(
+            p99_reduction=_num(r["p99_reduction"]),
+            ci_low=_num(r["ci_low"]),
+            ci_high=_num(r["ci_high"]),
+            confidence=_num(r["confidence"]),
+            n_boot=int(r["n_boot"]),
+        )
+    return {
+        "best_static": {
+            "ratio": _num(run.meta.get("best_static_ratio")),
+            "p99_ms": bs.get("p99_ms"),
+            "slo_attainment": bs.get("slo_attainment"),
+        },
+        "oracle": {
+            "p99_ms": _num(run.meta.get("oracle_p99_ms")),
+            "slo_attainment": _num(run.meta.get("oracle_slo_attainment")),
+            "ratio_min": _num(lab["r_star"].min()) if not lab.is_empty() else None,
+            "ratio_max": _num(lab["r_star"].max()) if not lab.is_empty() else None,
+        },
+        "policies": list(pols.values()),
+        "value_of_adaptivity": voa,
+    }
+
+
+def sensitivity_summary(run: RunData) -> dict[str, Any]:
+    """Flatness and the 'does the split matter' call, from the labels and policy rows."""
+    lab = run.table("labels")
+    pols = {p["name"]: p for p in _policy_rows(run)}
+    width = _num(lab["flat_width"].median()) if not lab.is_empty() else None
+    ref = pols.get(BASELINE, {}).get("p99_ms")
+    extremes = [pols[k]["p99_ms"] for k in ("emb-max", "kv-max") if k in pols]
+    spread = None
+    if ref and extremes and all(e is not None for e in extremes):
+        spread = max(extremes) / ref - 1.0
+    matters = None
+    if spread is not None:
+        matters = bool(spread > FLAT_TOLERANCE)
+    return {
+        "flat_tolerance": FLAT_TOLERANCE,
+        "median_flat_width": width,
+        "extreme_split_penalty": spread,
+        "split_matters": matters,
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def verdict(run: RunData) -> list[str]:
+    """Plain-language findings, most important first."""
+    h = headline(run)
+    s = sensitivity_summary(run)
+    out: list[str] = []
+    bs, orc, voa = h["best_static"], h["oracle"], h["value_of_adaptivity"]
+    pols = {p["name"]: p for p in h["policies"]}
+    ref = bs["p99_ms"]
+    ext = []
+    for name, cache in (("emb-max", "EMB"), ("kv-max", "KV")):
+        p99 = pols.get(name, {}).get("p99_ms")
+        if ref and p99 is not None:
+            ext.append(f"all to {cache} {_pct(p99 / ref - 1.0)}")
+    ext_txt = f" (whole pool {' / '.join(ext)} above the best static P99)" if ext else ""
+    if s["split_matters"] is False:
+        out.append(
+            "The EMB/KV split hardly matters for this workload and profile: even giving the whole "
+            f"pool to one cache stays within {FLAT_TOLERANCE:.0%} of the best static P99{ext_txt}. "
+            "Any reasonable ratio is a valid plan; spend effort elsewhere."
+        )
+    elif s["split_matters"]:
+        out.append(f"The EMB/KV split matters{ext_txt}.")
+    if bs["ratio"] is not None and bs["p99_ms"] is not None:
+        out.append(
+            f"Best static split: r = {bs['ratio']:.2f} (EMB share of the pool), P99 "
+            f"{bs['p99_ms']:.2f} ms, SLO attainment {_pct(bs['slo_attainment'])}."
+        )
+    if orc["ratio_min"] is not None:
+        moved = orc["ratio_max"] - orc["ratio_min"]
+        out.append(
+            f"The per-window optimum r* ranges over [{orc['ratio_min']:.2f}, "
+            f"{orc['ratio_max']:.2f}] (moves by {moved:.2f})"
+            + (
+                f"; in the median window any r within a band {s['median_flat_width']:.2f} wide "
+                f"is within {FLAT_TOLERANCE:.0%} of the best P99."
+                if s["median_flat_width"] is not None
+                else "."
+            )
+        )
+    red, lo, hi = voa["p99_reduction"], voa["ci_low"], voa["ci_high"]
+    if red is not None:
+        ci = f"{_pct(lo)} to {_pct(hi)}" if lo is not None else "n/a"
+        conf = f"{voa['confidence']:.0%} " if voa["confidence"] else ""
+        if lo is not None and lo > 0:
+            out.append(
+                f"Adapting the split per window (throttled refill) cuts P99 by {_pct(red)} "
+                f"against the best static split ({conf}CI {ci})."
+            )
+        elif hi is not None and hi < 0:
+            out.append(
+                f"Adapting the split per window makes P99 worse by {_pct(-red)} ({conf}CI {ci}): "
+                "reallocation costs more than it gains here; keep a static split."
+            )
+        else:
+            out.append(
+                f"Adapting the split per window changes P99 by {_pct(red)}, but the {conf}CI "
+                f"({ci}) includes zero: no reliable gain over the best static split."
+            )
+    naive, ad = pols.get("naive-adaptive"), pols.get(ADAPTIVE)
+    if naive and ad and naive["p99_ms"] and ad["p99_ms"]:
+        gap = naive["p99_ms"] / ad["p99_ms"] - 1.0
+        how = "matters" if abs(gap) > FLAT_TOLERANCE else "hardly matters here"
+        out.append(
+            f"Refill mode {how}: with the oracle schedule, eager (blocking) refill gives P99 "
+            f"{naive['p99_ms']:.3f} ms, throttled background refill {ad['p99_ms']:.3f} ms."
+        )
+    return out
+
+
+def build_summary(run: RunData) -> dict[str, Any]:
+    """The summary.json object (key order is part of the schema)."""
+    m = run.meta
+    timings = run.table("timings")
+    versions = run.table("versions")
+    out: dict[str, Any] = {
+        "schema": SUMMARY_SCHEMA,
+        "schema_version": SUMMARY_SCHEMA_VERSION,
+        "trace": {"path": m.get("trace_path"), **stats_dict(run)},
+        "setup": {
+            k: m.get(k)
+            for k in (
+                "gpu",
+                "model",
+                "latency",
+                "slo_ms",
+                "window_s",
+                "windows",
+                "pool_bytes",
+                "pool_source",
+                "footprint_bytes",
+            )
+        },  # fmt: skip
+    }
+    out.update(headline(run))
+    out["sensitivity"] = sensitivity_summary(run)
+    out["verdict"] = verdict(run)
+    out["timings_s"] = (
+        {r["stage"]: r["seconds"] for r in timings.iter_rows(named=True)}
+        if not timings.is_empty()
+        else {}
+    )
+    out["stages_cached"] = (
+        [r["stage"] for r in timings.iter_rows(named=True) if r["cached"]]
+        if not timings.is_empty()
+        else []
+    )
+    out["versions"] = (
+        {r["package"]: r["version"] for r in versions.iter_rows(named=True)}
+        if not versions.is_empty()
+        else {}
+    )
+    out["seed"] = m.get("seed")
+    out["trace_sha256"] = m.get("trace_sha256")
+    return out

@@ -1,0 +1,187 @@
+"""Hand-made run data for the report machinery (independent of the pipeline stages)."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from helm_plan.report.store import RunData
+
+POLICIES = ("best-static", "emb-max", "kv-max", "naive-adaptive", "adaptive")
+
+
+def make_run(n_windows: int = 6, seed: int = 0, *, flat: bool = False) -> RunData:
+    """A small, plausible RunData: every table the report reads, with known values."""
+    rng = np.random.default_rng(seed)
+    w = np.arange(n_windows)
+    t0 = w * 10.0
+    grid = np.round(np.linspace(0, 1, 11), 2)
+    r_star = np.round(rng.uniform(0.2, 0.8, n_windows), 2)
+    grid_rows = []
+    for i in w:
+        for r in grid:
+            p99 = 10.0 if flat else 10.0 * (1 + 2.0 * (r - r_star[i]) ** 2)
+            grid_rows.append(
+                {"window": int(i), "ratio": float(r), "p99_ms": p99, "slo_attainment": 0.99}
+            )
+    labels = pl.DataFrame(
+        {
+            "window": w,
+            "t_start_s": t0,
+            "t_end_s": t0 + 10.0,
+            "n_requests": np.full(n_windows, 500),
+            "r_star": r_star,
+            "p99_ms": np.full(n_windows, 10.0),
+            "slo_attainment": np.full(n_windows, 0.99),
+            "flat_lo": np.clip(r_star - 0.1, 0, 1),
+            "flat_hi": np.clip(r_star + 0.1, 0, 1),
+        }
+    ).with_columns((pl.col("flat_hi") - pl.col("flat_lo")).alias("flat_width"))
+    if flat:
+        labels = labels.with_columns(
+            flat_lo=pl.lit(0.0), flat_hi=pl.lit(1.0), flat_width=pl.lit(1.0)
+        )
+    base = {
+        "best-static": 12.0,
+        "emb-max": 30.0,
+        "kv-max": 25.0,
+        "naive-adaptive": 14.0,
+        "adaptive": 10.5,
+    }
+    if flat:
+        base = dict.fromkeys(base, 10.0)
+    pw, pol, sens = [], [], []
+    for p, b in base.items():
+        ratio = {
+            "best-static": np.full(n_windows, 0.5),
+            "emb-max": np.ones(n_windows),
+            "kv-max": np.zeros(n_windows),
+        }.get(p, r_star)
+        p99 = b * (1 + 0.1 * rng.standard_normal(n_windows) ** 2)
+        for i in w:
+            pw.append(
+                {
+                    "policy": p,
+                    "window": int(i),
+                    "t_start_s": float(t0[i]),
+                    "t_end_s": float(t0[i] + 10),
+                    "ratio": float(ratio[i]),
+                    "p99_ms": float(p99[i]),
+                    "slo_attainment": 0.98,
+                    "n_requests": 500,
+                    "emb_hit_rate": 0.6,
+                    "kv_reuse_rate": 0.5,
+                }
+            )
+            sens.append(
+                {
+                    "policy": p,
+                    "window": int(i),
+                    "abs_dr": float(abs(ratio[i] - r_star[i])),
+                    "regret": float(p99[i] / 10.0 - 1),
+                }
+            )
+        pol.append(
+            {
+                "policy": p,
+                "p99_ms": b,
+                "slo_attainment": 0.97,
+                "mean_ratio": float(ratio.mean()),
+                "mean_abs_dr": float(np.abs(ratio - r_star).mean()),
+                "median_regret": b / 10 - 1,
+                "emb_hit_rate": 0.6,
+                "kv_reuse_rate": 0.5,
+            }
+        )
+    cap = np.linspace(0, 2**31, 21)
+    curves = pl.concat(
+        [
+            pl.DataFrame(
+                {
+                    "kind": [k] * 21,
+                    "window": [-1] * 21,
+                    "capacity_bytes": cap.astype(np.int64),
+                    "pool_fraction": np.linspace(0, 1, 21),
+                    "hit_rate": np.sqrt(np.linspace(0, 1, 21)) * f,
+                }
+            )
+            for k, f in (("emb", 0.9), ("emb_kv0", 0.8), ("kv", 0.7))
+        ]
+    )
+    red = 1 - base["adaptive"] / base["best-static"]
+    tables = {
+        "stats": pl.DataFrame(
+            {
+                "name": ["requests", "users", "zipf_alpha", "model"],
+                "value": [3000.0, 200.0, 1.05, None],
+                "text": [None, None, None, "gr-small"],
+            }
+        ),
+        "workload_arrivals": pl.DataFrame(
+            {"t_s": np.arange(60.0), "requests": np.full(60, 50), "qps": np.full(60, 50.0)}
+        ),
+        "workload_history": pl.DataFrame(
+            {"len_lo": [0, 64, 128], "len_hi": [63, 127, 255], "requests": [1000, 1500, 500]}
+        ),
+        "workload_popularity": pl.DataFrame({"rank": [1, 10, 100], "count": [1000, 100, 10]}),
+        "curves": curves,
+        "curve_knees": pl.DataFrame(
+            {
+                "kind": ["emb", "kv"],
+                "window": [-1, -1],
+                "capacity_bytes": [2**28, 2**30],
+                "pool_fraction": [0.125, 0.5],
+                "hit_rate": [0.6, 0.4],
+            }
+        ),
+        "latency_coef": pl.DataFrame(
+            {"name": ["t0_s", "prefill_a_s"], "value": [1e-4, 6e-9], "unit": ["s", "s/token"]}
+        ),
+        "latency_terms": pl.DataFrame(
+            {
+                "policy": [p for p in base for _ in range(2)],
+                "term": ["prefill", "h2d"] * len(base),
+                "mean_ms": [0.5, 0.2] * len(base),
+            }
+        ),
+        "labels": labels,
+        "labels_grid": pl.DataFrame(grid_rows),
+        "policy_windows": pl.DataFrame(pw),
+        "policies": pl.DataFrame(pol),
+        "sensitivity": pl.DataFrame(sens),
+        "adaptivity": pl.DataFrame(
+            {
+                "policy": ["naive-adaptive", "adaptive"],
+                "p99_reduction": [1 - base["naive-adaptive"] / 12.0, red],
+                "ci_low": [-0.3, red - 0.05],
+                "ci_high": [0.1, red + 0.05],
+                "confidence": [0.95, 0.95],
+                "n_boot": [1000, 1000],
+            }
+        ),
+        "config": pl.DataFrame({"section": ["analyze"], "key": ["slo_ms"], "value": ["100.0"]}),
+        "versions": pl.DataFrame({"package": ["python", "numpy"], "version": ["3.11", "2.4"]}),
+        "timings": pl.DataFrame(
+            {"stage": ["inspect", "curves"], "seconds": [0.5, 1.5], "cached": [False, True]}
+        ),
+    }
+    meta = {
+        "trace_path": "t.parquet",
+        "trace_stem": "t",
+        "trace_sha256": "ab" * 32,
+        "seed": 7,
+        "gpu": "h100-80g",
+        "model": "gr-small",
+        "latency": "h100-80g_gr-small",
+        "slo_ms": 100.0,
+        "window_s": 10.0,
+        "windows": n_windows,
+        "pool_bytes": 2**31,
+        "pool_source": "test",
+        "best_static_ratio": 0.5,
+        "oracle_p99_ms": 10.0,
+        "oracle_slo_attainment": 0.99,
+        "latency_source": "DERIVED",
+        "command": "helm-plan analyze t.parquet",
+    }
+    return RunData(tables=tables, meta=meta)

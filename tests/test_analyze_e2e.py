@@ -1,0 +1,114 @@
+"""`analyze` end to end on a small trace, checked against separate simulate-equivalent runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import duckdb
+import numpy as np
+import pytest
+from conftest import small_table
+from typer.testing import CliRunner
+
+from helm_plan import trace
+from helm_plan.analyze import build_config, run_analyze
+from helm_plan.oracle import OracleConfig, best_static, label_windows, read_labels
+from helm_plan.sim import NodeConfig, load_context, parse_policy, simulate_node
+
+PLAN = {
+    "analyze": {"window_s": 5.0, "pool_fraction": 0.3, "n_boot": 50, "slo_ms": 0.5, "seed": 3},
+    "oracle": {"trials": 2, "coarse_step": 0.25},
+    "curves": {"n_points": 11},
+}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("e2e")
+    t = small_table(2000, n_users=200, n_items=3000, max_new=8, n_candidates=16, rate_qps=50.0,
+                    seed=3)  # fmt: skip
+    tp = trace.write(t, d / "small.parquet", {"source": "tests.small_table", "seed": 3})
+    res = run_analyze(tp, build_config(PLAN), d / "out")
+    return tp, res
+
+
+def test_summary_matches_separate_simulations(run):
+    tp, res = run
+    s = json.loads(res.summary_path.read_text())
+    assert s == json.loads(json.dumps(res.summary))
+    # independent: load the trace like `helm-plan simulate`, run each policy on its own
+    ctx = load_context(tp, gpu="a100-80g", model="gr-small", pool_fraction=0.3, seed=3)
+    ncfg = NodeConfig(slo_ms=0.5, window_s=5.0)
+    ocfg = OracleConfig(trials=2, coarse_step=0.25, seed=3, workers=1)
+    labels = label_windows(ctx, ncfg, ocfg)
+    on_disk = read_labels(res.labels_path)
+    np.testing.assert_array_equal(on_disk.r_star, labels.r_star)
+    bs = best_static(ctx, ncfg, ocfg)
+    sched = parse_policy(f"schedule:{res.labels_path}").ratios(ctx, ncfg)
+    n_w = ctx.n_windows(5.0)
+    expect = {
+        "best-static": (np.full(n_w, bs.ratio), "throttled"),
+        "emb-max": (parse_policy("emb-max").ratios(ctx, ncfg), "throttled"),
+        "kv-max": (parse_policy("kv-max").ratios(ctx, ncfg), "throttled"),
+        "naive-adaptive": (sched, "eager"),
+        "adaptive": (sched, "throttled"),
+    }
+    got = {p["name"]: p for p in s["policies"]}
+    assert list(got) == list(expect)
+    for name, (ratios, refill) in expect.items():
+        r = simulate_node(ctx, ratios, dataclasses.replace(ncfg, refill=refill))
+        m = r.measured_from_window
+        assert got[name]["p99_ms"] == pytest.approx(r.p99_ms, rel=1e-12), name
+        assert got[name]["slo_attainment"] == pytest.approx(r.slo_attainment, rel=1e-12), name
+        assert got[name]["mean_ratio"] == pytest.approx(float(np.mean(ratios[m:])), rel=1e-12)
+    assert s["best_static"]["ratio"] == bs.ratio
+    assert s["best_static"]["p99_ms"] == pytest.approx(bs.p99_ms, rel=1e-12)
+    finite = labels.r_star[np.isfinite(labels.r_star)]
+    assert s["oracle"]["ratio_min"] == finite.min() and s["oracle"]["ratio_max"] == finite.max()
+    voa = s["value_of_adaptivity"]
+    assert voa["p99_reduction"] == pytest.approx(
+        1 - got["adaptive"]["p99_ms"] / got["best-static"]["p99_ms"], rel=1e-12
+    )
+    assert voa["ci_low"] <= voa["ci_high"]
+    assert s["seed"] == 3 and s["trace_sha256"] == trace.sha256(tp)
+    assert set(s["timings_s"]) == {"inspect", "curves", "oracle", "policies", "report"}
+    assert {"python", "numpy", "numba", "polars", "duckdb", "optuna", "torch", "plotly"} <= set(
+        s["versions"]
+    )
+
+
+def test_outputs_and_store_tables(run):
+    _, res = run
+    names = sorted(p.name for p in res.out_dir.iterdir())
+    assert names == [".stages", "helm.duckdb", "labels.parquet", "report.html", "summary.json"]
+    stages = sorted(p.name.split("-")[0] for p in (res.out_dir / ".stages").iterdir())
+    assert stages == ["curves", "inspect", "oracle", "policies"]
+    con = duckdb.connect(str(res.store_path), read_only=True)
+    try:
+        tables = {
+            r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+        }
+        n_pw = con.execute("SELECT count(*) FROM policy_windows").fetchone()[0]
+    finally:
+        con.close()
+    want = {"stats", "curves", "curve_knees", "labels", "labels_grid", "policy_windows",
+            "policies", "latency_coef", "latency_terms", "sensitivity", "adaptivity", "config",
+            "versions", "timings", "run_meta", "workload_arrivals"}  # fmt: skip
+    assert want <= tables
+    assert n_pw == 5 * len(read_labels(res.labels_path).r_star)
+
+
+def test_rerun_reuses_every_stage_and_report_rebuilds_identically(run):
+    from helm_plan_cli.main import app
+
+    tp, res = run
+    again = run_analyze(tp, build_config(PLAN), res.out_dir)
+    assert [s.cached for s in again.stages] == [True, True, True, True, False]
+    for a, b in zip(again.summary["policies"], res.summary["policies"], strict=True):
+        assert a == b
+    before = res.report_path.read_bytes()
+    res.report_path.unlink()
+    out = CliRunner().invoke(app, ["report", str(res.out_dir)])
+    assert out.exit_code == 0, out.output
+    assert res.report_path.read_bytes() == before
