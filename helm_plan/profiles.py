@@ -9,10 +9,10 @@ from __future__ import annotations
 import dataclasses
 import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
+from helm_plan._data import data_dir
 from helm_plan.errors import ProfileError
 
 T = TypeVar("T")
@@ -129,7 +129,7 @@ def pool_bytes(gpu: GpuProfile, model: ModelProfile) -> int:
 
 
 def _data_root() -> Path:
-    return Path(str(resources.files("helm_plan._profiles")))
+    return data_dir("helm_plan._profiles", "profiles")
 
 
 def available(kind: str) -> list[str]:

@@ -13,7 +13,6 @@ import json
 import math
 import os
 from collections.abc import Callable, Sequence
-from importlib import resources
 from pathlib import Path
 from string import Template
 from typing import Any
@@ -22,6 +21,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from helm_plan import io
+from helm_plan._data import data_dir
 from helm_plan.report import figures
 from helm_plan.report.store import RunData
 from helm_plan.report.summary import FLAT_TOLERANCE, headline, stats_dict, verdict
@@ -40,7 +40,7 @@ SECTION_TITLES = {
 
 
 def _template(name: str) -> str:
-    return (resources.files("helm_plan._reports") / "templates" / name).read_text("utf-8")
+    return (data_dir("helm_plan._reports", "reports") / "templates" / name).read_text("utf-8")
 
 
 def f_num(digits: int = 3) -> Fmt:
