@@ -156,10 +156,10 @@ def main() -> None:
 def _lookups(a, ctx, n, r):
     """EMB lookups of the first n requests at ratio r (they depend on the KV capacity)."""
     from helm_plan.cache import core
-    from helm_plan.sim.span_kernel import cold_replay
 
     e, k = core.capacities(r, ctx.pool_bytes, ctx.model)
-    return int(cold_replay(a, e, k, 0, n, ctx.model.max_seq_len)[3].sum())
+    state = core.CacheState.empty(a.n_items, a.n_users, e, k)
+    return int(core.replay(a, state, 0, n, max_seq_len=ctx.model.max_seq_len).n_lookup.sum())
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba as nb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -149,11 +150,34 @@ def _draw_candidates(
     rng = np.random.default_rng(seed)
     if len(tokens) == 0:
         return rng.integers(0, max(n_items, 1), size=total).astype(np.int32)
-    pos = np.repeat(tok_off[:-1], ncand)  # tokens seen before each request
-    hi = np.maximum(pos, np.minimum(window, len(tokens)))  # early requests look ahead a little
-    lo = np.maximum(hi - window, 0)
-    pick = lo + (rng.random(total) * (hi - lo)).astype(np.int64)
-    return tokens[np.minimum(pick, len(tokens) - 1)]
+    out = np.empty(total, np.int32)
+    # Uniform draws come in bounded chunks (the stream is the same as one big draw),
+    # so a trace with hundreds of candidates per request never holds them all as floats.
+    chunk = 1 << 22
+    cand_off = np.zeros(len(ncand) + 1, np.int64)
+    np.cumsum(ncand, out=cand_off[1:])
+    req = 0
+    while req < len(ncand):
+        stop = int(np.searchsorted(cand_off, cand_off[req] + chunk, side="right")) - 1
+        stop = max(stop, req + 1)
+        u = rng.random(int(cand_off[stop] - cand_off[req]))
+        _pick_trailing(tokens, tok_off, cand_off, req, stop, window, u, out)
+        req = stop
+    return out
+
+
+@nb.njit(cache=True)
+def _pick_trailing(tokens, tok_off, cand_off, start, stop, window, u, out):
+    n_tok = tokens.shape[0]
+    k = 0
+    for i in range(start, stop):
+        # tokens seen before request i; early requests look ahead a little
+        hi = max(tok_off[i], min(window, n_tok))
+        lo = max(hi - window, 0)
+        for p in range(cand_off[i], cand_off[i + 1]):
+            pick = lo + int(u[k] * (hi - lo))
+            out[p] = tokens[min(pick, n_tok - 1)]
+            k += 1
 
 
 def window_edges(ts_s: np.ndarray, window_s: float) -> np.ndarray:

@@ -15,6 +15,15 @@ Per request (DESIGN.md, Node model):
    larger than the whole KV capacity is not cached.
 2. EMB. Lookups are the ``n`` computed history tokens, then the candidates;
    each miss is inserted with LRU eviction.
+
+The EMB LRU is log-structured because EMB lookups dominate (history tokens
+plus hundreds of candidates per request): ``emb_last[item]`` holds the clock
+of the item's latest access (-1: not resident) and every access appends
+``(item, clock)`` to a queue. The least recently used row is the first queue
+entry that is still current (``emb_last[item] == clock``). A hit is one
+write and one append instead of a four-pointer move-to-front; the queue is
+compacted when full (amortised O(1)), and eviction order is exactly LRU. KV
+(one operation per request, not per token) keeps a doubly linked list.
 """
 
 from __future__ import annotations
@@ -28,22 +37,25 @@ from helm_plan.arrays import TraceArrays
 from helm_plan.errors import ConfigError
 from helm_plan.profiles import ModelProfile
 
-# meta layout for both lists: [head (MRU), tail (LRU), used, capacity]
+# KV meta: [head (MRU), tail (LRU), tokens used, capacity tokens]
+# EMB meta: [queue head, queue tail, rows used, capacity rows, clock]
 _HEAD, _TAIL, _USED, _CAP = 0, 1, 2, 3
+_QH, _QT, _CLK = 0, 1, 4
+_QUEUE_SLACK = 1024
 
 
 @dataclass
 class CacheState:
     """Mutable cache contents of one GPU: EMB rows and per-user KV prefixes."""
 
-    emb_prev: np.ndarray
-    """LRU link towards MRU per item, int32 (-1 none)."""
-    emb_next: np.ndarray
-    """LRU link towards LRU per item, int32 (-1 none)."""
-    emb_resident: np.ndarray
-    """1 if the item's row is cached, uint8."""
+    emb_last: np.ndarray
+    """Clock of each item's latest access, -1 if its row is not cached, int64."""
+    emb_qi: np.ndarray
+    """Access-log queue: item ids, int32."""
+    emb_qt: np.ndarray
+    """Access-log queue: access clocks, int64."""
     emb_meta: np.ndarray
-    """[head, tail, rows used, capacity rows], int64."""
+    """[queue head, queue tail, rows used, capacity rows, clock], int64."""
     kv_prev: np.ndarray
     """LRU link towards MRU per user, int32."""
     kv_next: np.ndarray
@@ -62,11 +74,12 @@ class CacheState:
             raise ConfigError(
                 f"capacities must be >= 0, got emb_rows={emb_rows}, kv_tokens={kv_tokens}"
             )
+        q = _queue_size(emb_rows, n_items)
         return cls(
-            emb_prev=np.full(n_items, -1, np.int32),
-            emb_next=np.full(n_items, -1, np.int32),
-            emb_resident=np.zeros(n_items, np.uint8),
-            emb_meta=np.array([-1, -1, 0, emb_rows], np.int64),
+            emb_last=np.full(n_items, -1, np.int64),
+            emb_qi=np.zeros(q, np.int32),
+            emb_qt=np.zeros(q, np.int64),
+            emb_meta=np.array([0, 0, 0, emb_rows, 0], np.int64),
             kv_prev=np.full(n_users, -1, np.int32),
             kv_next=np.full(n_users, -1, np.int32),
             kv_len=np.full(n_users, -1, np.int64),
@@ -94,9 +107,14 @@ class CacheState:
     def kv_tokens_used(self) -> int:
         return int(self.kv_meta[_USED])
 
+    @property
+    def emb_resident(self) -> np.ndarray:
+        """1 where the item's row is cached, uint8 (a fresh array)."""
+        return (self.emb_last >= 0).astype(np.uint8)
+
     def emb_lru_order(self) -> np.ndarray:
         """Resident item ids from MRU to LRU (for tests and inspection)."""
-        return _walk(self.emb_next, int(self.emb_meta[_HEAD]), int(self.emb_meta[_USED]))
+        return _emb_order(self.emb_last, self.emb_qi, self.emb_qt, self.emb_meta)
 
     def kv_lru_order(self) -> np.ndarray:
         """Resident user ids from MRU to LRU."""
@@ -111,7 +129,14 @@ class CacheState:
             )
         self.emb_meta[_CAP] = emb_rows
         self.kv_meta[_CAP] = kv_tokens
-        ev_rows = _emb_shrink(self.emb_prev, self.emb_next, self.emb_resident, self.emb_meta)
+        ev_rows = _emb_shrink(self.emb_last, self.emb_qi, self.emb_qt, self.emb_meta)
+        q = _queue_size(emb_rows, len(self.emb_last))
+        if q > len(self.emb_qi):  # a larger cache needs a larger log to stay amortised O(1)
+            _emb_compact(self.emb_last, self.emb_qi, self.emb_qt, self.emb_meta)
+            n = int(self.emb_meta[_QT])
+            qi, qt = np.zeros(q, np.int32), np.zeros(q, np.int64)
+            qi[:n], qt[:n] = self.emb_qi[:n], self.emb_qt[:n]
+            self.emb_qi, self.emb_qt = qi, qt
         ev_users = _kv_shrink(self.kv_prev, self.kv_next, self.kv_len, self.kv_meta)
         return int(ev_rows), int(ev_users)
 
@@ -163,6 +188,11 @@ def new_state(
     return CacheState.empty(arrays.n_items, arrays.n_users, emb, kv)
 
 
+def _queue_size(emb_rows: int, n_items: int) -> int:
+    # At most min(rows, items) entries are current, so a compaction frees over half the log.
+    return 2 * min(emb_rows, n_items) + _QUEUE_SLACK
+
+
 _NO_PF_ROWS = np.zeros(0, np.int32)
 _NO_PF_T = np.zeros(0, np.float64)
 
@@ -205,7 +235,7 @@ def replay(
     pf_done = _replay(
         arrays.ts_s, arrays.user, arrays.hist_end, arrays.user_hist_offsets, arrays.hist_values,
         arrays.cand_offsets, arrays.cand_values, start, stop, max_seq_len,
-        state.emb_prev, state.emb_next, state.emb_resident, state.emb_meta,
+        state.emb_last, state.emb_qi, state.emb_qt, state.emb_meta,
         state.kv_prev, state.kv_next, state.kv_len, state.kv_start, state.kv_meta,
         pf_rows, pf_t, counts, out,
     )  # fmt: skip
@@ -279,16 +309,69 @@ def _push_head(prev, nxt, meta, i):
     meta[_HEAD] = i
 
 
+# The EMB helpers pass the log cursor (queue head/tail, rows used, clock) as
+# locals rather than through ``emb_meta``: kept in registers, they make the
+# per-lookup path several times faster than loads and stores through an array.
+
+
 @nb.njit(cache=True)
-def _emb_shrink(prev, nxt, res, meta):
+def _log_compact(last, qi, qt, qh, qtl):
+    """Drop stale log entries, keeping the current ones in order; returns the new tail."""
+    w = 0
+    for k in range(qh, qtl):
+        j = qi[k]
+        if last[j] == qt[k]:
+            qi[w] = j
+            qt[w] = qt[k]
+            w += 1
+    return w
+
+
+@nb.njit(cache=True, inline="always")
+def _log_append(last, qi, qt, qh, qtl, clk, it):
+    if qtl == qi.shape[0]:
+        qtl = _log_compact(last, qi, qt, qh, qtl)
+        qh = 0
+    clk += 1
+    qi[qtl] = it
+    qt[qtl] = clk
+    last[it] = clk
+    return qh, qtl + 1, clk
+
+
+@nb.njit(cache=True, inline="always")
+def _log_evict_lru(last, qi, qt, qh):
+    while last[qi[qh]] != qt[qh]:
+        qh += 1
+    last[qi[qh]] = -1
+    return qh + 1
+
+
+@nb.njit(cache=True)
+def _emb_compact(last, qi, qt, meta):
+    meta[_QT] = _log_compact(last, qi, qt, meta[_QH], meta[_QT])
+    meta[_QH] = 0
+
+
+@nb.njit(cache=True)
+def _emb_shrink(last, qi, qt, meta):
     ev = 0
     while meta[_USED] > meta[_CAP]:
-        t = meta[_TAIL]
-        _unlink(prev, nxt, meta, t)
-        res[t] = 0
+        meta[_QH] = _log_evict_lru(last, qi, qt, meta[_QH])
         meta[_USED] -= 1
         ev += 1
     return ev
+
+
+@nb.njit(cache=True)
+def _emb_order(last, qi, qt, meta):
+    out = np.empty(meta[_USED], np.int64)
+    k = 0
+    for p in range(meta[_QT] - 1, meta[_QH] - 1, -1):
+        if last[qi[p]] == qt[p]:
+            out[k] = qi[p]
+            k += 1
+    return out[:k]
 
 
 @nb.njit(cache=True)
@@ -303,33 +386,14 @@ def _kv_shrink(prev, nxt, kv_len, meta):
     return ev
 
 
-@nb.njit(cache=True, inline="always")
-def _emb_access(prev, nxt, res, meta, it):
-    """Touch row ``it``; returns 1 on a miss."""
-    if res[it]:
-        if meta[_HEAD] != it:
-            _unlink(prev, nxt, meta, it)
-            _push_head(prev, nxt, meta, it)
-        return 0
-    if meta[_CAP] > 0:
-        if meta[_USED] >= meta[_CAP]:
-            t = meta[_TAIL]
-            _unlink(prev, nxt, meta, t)
-            res[t] = 0
-            meta[_USED] -= 1
-        _push_head(prev, nxt, meta, it)
-        res[it] = 1
-        meta[_USED] += 1
-    return 1
-
-
 @nb.njit(cache=True)
 def _replay(
     ts, user, hist_end, uoff, hist, coff, cvals, start, stop, max_seq_len,
-    e_prev, e_next, e_res, e_meta, k_prev, k_next, k_len, k_start, k_meta,
+    e_last, e_qi, e_qt, e_meta, k_prev, k_next, k_len, k_start, k_meta,
     pf_rows, pf_t, counts, out,
 ):  # fmt: skip
     count = counts.shape[0] > 0
+    qh, qtl, used, cap, clk = e_meta[_QH], e_meta[_QT], e_meta[_USED], e_meta[_CAP], e_meta[_CLK]
     pf = 0
     pf_done = 0
     npf = pf_rows.shape[0]
@@ -338,10 +402,9 @@ def _replay(
         while pf < npf and pf_t[pf] <= ts[i]:
             r = pf_rows[pf]
             pf += 1
-            if e_res[r] == 0 and e_meta[_USED] < e_meta[_CAP]:
-                _push_head(e_prev, e_next, e_meta, r)
-                e_res[r] = 1
-                e_meta[_USED] += 1
+            if e_last[r] < 0 and used < cap:
+                qh, qtl, clk = _log_append(e_last, e_qi, e_qt, qh, qtl, clk, r)
+                used += 1
                 pf_done += 1
         j = i - start
         u = user[i]
@@ -368,25 +431,32 @@ def _replay(
             k_meta[_USED] += L
         miss = 0
         base = uoff[u] + full
-        if e_meta[_CAP] == 0 and e_meta[_USED] == 0 and not count:
+        if cap == 0 and used == 0 and not count:
             # Fast path (same result): an empty zero-capacity EMB cache misses every lookup.
             miss = n + coff[i + 1] - coff[i]
         else:
-            for p in range(base - n, base):
-                it = hist[p]
-                miss += _emb_access(e_prev, e_next, e_res, e_meta, it)
+            # One loop over the n computed history tokens, then the candidates.
+            m_c = coff[i + 1] - coff[i]
+            for x in range(n + m_c):
+                it = hist[base - n + x] if x < n else cvals[coff[i] + x - n]
                 if count:
                     counts[it] += 1
-            for p in range(coff[i], coff[i + 1]):
-                it = cvals[p]
-                miss += _emb_access(e_prev, e_next, e_res, e_meta, it)
-                if count:
-                    counts[it] += 1
+                if e_last[it] >= 0:  # hit: move to MRU by appending to the log
+                    qh, qtl, clk = _log_append(e_last, e_qi, e_qt, qh, qtl, clk, it)
+                    continue
+                miss += 1  # miss: insert, evicting the LRU row when full
+                if cap > 0:
+                    if used >= cap:
+                        qh = _log_evict_lru(e_last, e_qi, e_qt, qh)
+                        used -= 1
+                    qh, qtl, clk = _log_append(e_last, e_qi, e_qt, qh, qtl, clk, it)
+                    used += 1
         out[0, j] = n
         out[1, j] = c
         out[2, j] = L
         out[3, j] = n + coff[i + 1] - coff[i]
         out[4, j] = miss
+    e_meta[_QH], e_meta[_QT], e_meta[_USED], e_meta[_CLK] = qh, qtl, used, clk
     return pf_done
 
 

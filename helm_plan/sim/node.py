@@ -41,7 +41,6 @@ from helm_plan.latency.model import LatencyModel, build_latency_model, resolve_l
 from helm_plan.profiles import GpuProfile, ModelProfile, load_gpu, load_model, resolve_pool
 from helm_plan.sim.queue import fifo, window_stats
 from helm_plan.sim.refill import REFILL_MODES, get_refill
-from helm_plan.sim.span_kernel import cold_replay
 
 DEFAULT_SLO_MS = 100.0
 """Default P99 SLO: the ~100 ms budget of an online ranking stage (HSTU-class GR serving)."""
@@ -278,11 +277,11 @@ def simulate_node(ctx: NodeContext, ratios_per_window: np.ndarray, cfg: NodeConf
     prev_counts: np.ndarray | None = None
     state = core.new_state(a, float(ratios[0]) if n_w else 0.0, ctx.pool_bytes, m)
     if n_w and np.all(ratios == ratios[0]):
-        # constant ratio: no resize, no refill; the exact cold-start kernel is faster
-        out = cold_replay(
-            a, *core.capacities(float(ratios[0]), ctx.pool_bytes, m), 0, n, m.max_seq_len
-        )
-        n_computed, n_reused, _, n_lookup, n_miss = out
+        # constant ratio: no resize and no refill, so one replay covers every window
+        res = core.replay(a, state, 0, n, max_seq_len=m.max_seq_len)
+        n_computed, n_reused, n_lookup, n_miss = (
+            res.n_computed, res.n_reused, res.n_lookup, res.n_miss,
+        )  # fmt: skip
         n_w_loop = 0
     else:
         n_w_loop = n_w
@@ -440,16 +439,17 @@ def evaluate_span(
     """P99 etc. of requests ``[start, stop)`` at constant ``ratio``, cold at ``warm_start``.
 
     Requests ``[warm_start, start)`` warm the caches and the queue but are not measured.
-    The replay uses :func:`helm_plan.sim.span_kernel.cold_replay` (equal to ``core.replay``).
     """
     if not 0 <= warm_start <= start <= stop <= ctx.arrays.n_requests:
         raise ConfigError(f"bad span: warm_start={warm_start}, start={start}, stop={stop}")
     require_range("ratio", ratio, 0.0, 1.0)
     a = ctx.arrays
     emb_rows, kv_tokens = core.capacities(ratio, ctx.pool_bytes, ctx.model)
-    n_comp, n_reused, ctx_len, n_lookup, n_miss = cold_replay(
-        a, emb_rows, kv_tokens, warm_start, stop, ctx.model.max_seq_len
-    )
+    state = core.CacheState.empty(a.n_items, a.n_users, emb_rows, kv_tokens)
+    r = core.replay(a, state, warm_start, stop, max_seq_len=ctx.model.max_seq_len)
+    n_comp, n_reused, ctx_len, n_lookup, n_miss = (
+        r.n_computed, r.n_reused, r.ctx_len, r.n_lookup, r.n_miss,
+    )  # fmt: skip
     sl = slice(warm_start, stop)
     service = ctx.latency.service_time_s(n_comp, ctx_len, ctx.n_cand[sl], n_lookup, n_miss)
     q = fifo(a.ts_s[sl], service, cfg.slots)
