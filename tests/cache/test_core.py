@@ -140,3 +140,86 @@ def test_capacities():
     emb, kv = core.capacities(0.25, 10 * m.row_bytes * 4, m)
     assert emb == 10
     assert kv == (30 * m.row_bytes) // m.kv_bytes_per_token
+
+
+class _BruteNode:
+    """Brute-force caches with resize and prefetch, written from DESIGN.md with OrderedDicts."""
+
+    def __init__(self, emb_rows: int, kv_tokens: int, max_seq_len: int):
+        self.emb_cap, self.kv_cap, self.S = emb_rows, kv_tokens, max_seq_len
+        self.emb: OrderedDict[int, None] = OrderedDict()  # LRU first
+        self.kv: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        self.hist: dict[int, list[int]] = {}
+
+    def resize(self, emb_rows: int, kv_tokens: int) -> None:
+        self.emb_cap, self.kv_cap = emb_rows, kv_tokens
+        while len(self.emb) > emb_rows:
+            self.emb.popitem(last=False)
+        while sum(v[1] for v in self.kv.values()) > kv_tokens:
+            self.kv.popitem(last=False)
+
+    def prefetch(self, rows) -> int:
+        done = 0
+        for r in rows:
+            if r not in self.emb and len(self.emb) < self.emb_cap:
+                self.emb[r] = None
+                done += 1
+        return done
+
+    def request(self, u: int, new: list[int], cands: list[int]) -> tuple[int, int]:
+        h = self.hist.setdefault(u, [])
+        h.extend(new)
+        L = min(len(h), self.S)
+        s0 = len(h) - L
+        c = 0
+        if u in self.kv:
+            c = self.kv[u][1] if self.kv[u][0] == s0 else 0
+            del self.kv[u]
+        if 0 < L <= self.kv_cap:
+            while sum(v[1] for v in self.kv.values()) + L > self.kv_cap:
+                self.kv.popitem(last=False)
+            self.kv[u] = (s0, L)
+        miss = 0
+        for it in h[len(h) - (L - c) :] + cands:
+            if it in self.emb:
+                self.emb.move_to_end(it)
+            else:
+                miss += 1
+                if self.emb_cap > 0:
+                    if len(self.emb) >= self.emb_cap:
+                        self.emb.popitem(last=False)
+                    self.emb[it] = None
+        return L - c, miss
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    caps=st.lists(st.tuples(st.integers(0, 80), st.integers(0, 300)), min_size=2, max_size=6),
+)
+def test_resize_and_prefetch_schedule_matches_brute_force(seed, caps):
+    """Windows with new capacities and prefetched rows, long enough to compact the log."""
+    table = small_table(900, n_users=25, n_items=120, max_new=5, n_candidates=6, seed=seed)
+    a = A.from_table(table)
+    users = table.column("user_id").to_pylist()
+    new = table.column("new_items").to_pylist()
+    cands = table.column("candidates").to_pylist()
+    rng = np.random.default_rng(seed)
+    state = core.CacheState.empty(a.n_items, a.n_users, *caps[0])
+    ref = _BruteNode(*caps[0], max_seq_len=30)
+    bounds = np.linspace(0, a.n_requests, len(caps) + 1).astype(int)
+    for w, (emb_rows, kv_tokens) in enumerate(caps):
+        s, e = int(bounds[w]), int(bounds[w + 1])
+        state.resize(emb_rows, kv_tokens)
+        ref.resize(emb_rows, kv_tokens)
+        rows = rng.choice(a.n_items, size=10, replace=False).astype(np.int32)
+        r = core.replay(
+            a, state, s, e, max_seq_len=30, prefetch_rows=rows, prefetch_ready_s=np.zeros(10)
+        )
+        assert r.prefetched_rows == ref.prefetch(a.item_ids[rows].tolist())
+        want = [ref.request(users[i], new[i], cands[i]) for i in range(s, e)]
+        np.testing.assert_array_equal(
+            np.stack([r.n_computed, r.n_miss], 1), np.array(want).reshape(-1, 2)
+        )
+        assert a.item_ids[state.emb_lru_order()].tolist() == list(reversed(ref.emb))
+        assert a.user_ids[state.kv_lru_order()].tolist() == list(reversed(ref.kv))
