@@ -30,17 +30,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba as nb
 import numpy as np
 
 from helm_plan.arrays import TraceArrays
+from helm_plan.cache import _kernels as K
 from helm_plan.errors import ConfigError
 from helm_plan.profiles import ModelProfile
 
-# KV meta: [head (MRU), tail (LRU), tokens used, capacity tokens]
-# EMB meta: [queue head, queue tail, rows used, capacity rows, clock]
-_HEAD, _TAIL, _USED, _CAP = 0, 1, 2, 3
-_QH, _QT, _CLK = 0, 1, 4
 _QUEUE_SLACK = 1024
 
 
@@ -93,19 +89,19 @@ class CacheState:
 
     @property
     def emb_capacity_rows(self) -> int:
-        return int(self.emb_meta[_CAP])
+        return int(self.emb_meta[K.CAP])
 
     @property
     def kv_capacity_tokens(self) -> int:
-        return int(self.kv_meta[_CAP])
+        return int(self.kv_meta[K.CAP])
 
     @property
     def emb_rows_used(self) -> int:
-        return int(self.emb_meta[_USED])
+        return int(self.emb_meta[K.USED])
 
     @property
     def kv_tokens_used(self) -> int:
-        return int(self.kv_meta[_USED])
+        return int(self.kv_meta[K.USED])
 
     @property
     def emb_resident(self) -> np.ndarray:
@@ -114,12 +110,12 @@ class CacheState:
 
     def emb_lru_order(self) -> np.ndarray:
         """Resident item ids from MRU to LRU (for tests and inspection)."""
-        return _emb_order(self.emb_last, self.emb_qi, self.emb_qt, self.emb_meta)
+        return K.emb_order(self.emb_last, self.emb_qi, self.emb_qt, self.emb_meta)
 
     def kv_lru_order(self) -> np.ndarray:
         """Resident user ids from MRU to LRU."""
         n = int((self.kv_len >= 0).sum())
-        return _walk(self.kv_next, int(self.kv_meta[_HEAD]), n)
+        return K.walk(self.kv_next, int(self.kv_meta[K.HEAD]), n)
 
     def resize(self, emb_rows: int, kv_tokens: int) -> tuple[int, int]:
         """Set new capacities; shrinking evicts LRU entries. Returns (rows, users) evicted."""
@@ -127,17 +123,17 @@ class CacheState:
             raise ConfigError(
                 f"capacities must be >= 0, got emb_rows={emb_rows}, kv_tokens={kv_tokens}"
             )
-        self.emb_meta[_CAP] = emb_rows
-        self.kv_meta[_CAP] = kv_tokens
-        ev_rows = _emb_shrink(self.emb_last, self.emb_qi, self.emb_qt, self.emb_meta)
+        self.emb_meta[K.CAP] = emb_rows
+        self.kv_meta[K.CAP] = kv_tokens
+        ev_rows = K.emb_shrink(self.emb_last, self.emb_qi, self.emb_qt, self.emb_meta)
         q = _queue_size(emb_rows, len(self.emb_last))
         if q > len(self.emb_qi):  # a larger cache needs a larger log to stay amortised O(1)
-            _emb_compact(self.emb_last, self.emb_qi, self.emb_qt, self.emb_meta)
-            n = int(self.emb_meta[_QT])
+            K.emb_compact(self.emb_last, self.emb_qi, self.emb_qt, self.emb_meta)
+            n = int(self.emb_meta[K.QT])
             qi, qt = np.zeros(q, np.int32), np.zeros(q, np.int64)
             qi[:n], qt[:n] = self.emb_qi[:n], self.emb_qt[:n]
             self.emb_qi, self.emb_qt = qi, qt
-        ev_users = _kv_shrink(self.kv_prev, self.kv_next, self.kv_len, self.kv_meta)
+        ev_users = K.kv_shrink(self.kv_prev, self.kv_next, self.kv_len, self.kv_meta)
         return int(ev_rows), int(ev_users)
 
 
@@ -232,7 +228,7 @@ def replay(
     m = stop - start
     out = np.zeros((5, m), np.int64)
     counts = np.zeros(arrays.n_items if count_lookups else 0, np.int64)
-    pf_done = _replay(
+    pf_done = K.replay(
         arrays.ts_s, arrays.user, arrays.hist_end, arrays.user_hist_offsets, arrays.hist_values,
         arrays.cand_offsets, arrays.cand_values, start, stop, max_seq_len,
         state.emb_last, state.emb_qi, state.emb_qt, state.emb_meta,
@@ -271,216 +267,8 @@ def lookup_stream(
     offs = np.zeros(stop - start + 1, np.int64)
     np.cumsum(n_computed + ncand, out=offs[1:])
     ids = np.empty(int(offs[-1]), np.int32)
-    _fill_stream(
+    K.fill_stream(
         arrays.user, arrays.hist_end, arrays.user_hist_offsets, arrays.hist_values,
         arrays.cand_offsets, arrays.cand_values, start, n_computed, offs, ids,
     )  # fmt: skip
     return ids, offs
-
-
-# ---------------------------------------------------------------- compiled core
-
-
-@nb.njit(cache=True, inline="always")
-def _unlink(prev, nxt, meta, i):
-    p = prev[i]
-    q = nxt[i]
-    if p >= 0:
-        nxt[p] = q
-    else:
-        meta[_HEAD] = q
-    if q >= 0:
-        prev[q] = p
-    else:
-        meta[_TAIL] = p
-    prev[i] = -1
-    nxt[i] = -1
-
-
-@nb.njit(cache=True, inline="always")
-def _push_head(prev, nxt, meta, i):
-    h = meta[_HEAD]
-    prev[i] = -1
-    nxt[i] = h
-    if h >= 0:
-        prev[h] = i
-    else:
-        meta[_TAIL] = i
-    meta[_HEAD] = i
-
-
-# The EMB helpers pass the log cursor (queue head/tail, rows used, clock) as
-# locals rather than through ``emb_meta``: kept in registers, they make the
-# per-lookup path several times faster than loads and stores through an array.
-
-
-@nb.njit(cache=True)
-def _log_compact(last, qi, qt, qh, qtl):
-    """Drop stale log entries, keeping the current ones in order; returns the new tail."""
-    w = 0
-    for k in range(qh, qtl):
-        j = qi[k]
-        if last[j] == qt[k]:
-            qi[w] = j
-            qt[w] = qt[k]
-            w += 1
-    return w
-
-
-@nb.njit(cache=True, inline="always")
-def _log_append(last, qi, qt, qh, qtl, clk, it):
-    if qtl == qi.shape[0]:
-        qtl = _log_compact(last, qi, qt, qh, qtl)
-        qh = 0
-    clk += 1
-    qi[qtl] = it
-    qt[qtl] = clk
-    last[it] = clk
-    return qh, qtl + 1, clk
-
-
-@nb.njit(cache=True, inline="always")
-def _log_evict_lru(last, qi, qt, qh):
-    while last[qi[qh]] != qt[qh]:
-        qh += 1
-    last[qi[qh]] = -1
-    return qh + 1
-
-
-@nb.njit(cache=True)
-def _emb_compact(last, qi, qt, meta):
-    meta[_QT] = _log_compact(last, qi, qt, meta[_QH], meta[_QT])
-    meta[_QH] = 0
-
-
-@nb.njit(cache=True)
-def _emb_shrink(last, qi, qt, meta):
-    ev = 0
-    while meta[_USED] > meta[_CAP]:
-        meta[_QH] = _log_evict_lru(last, qi, qt, meta[_QH])
-        meta[_USED] -= 1
-        ev += 1
-    return ev
-
-
-@nb.njit(cache=True)
-def _emb_order(last, qi, qt, meta):
-    out = np.empty(meta[_USED], np.int64)
-    k = 0
-    for p in range(meta[_QT] - 1, meta[_QH] - 1, -1):
-        if last[qi[p]] == qt[p]:
-            out[k] = qi[p]
-            k += 1
-    return out[:k]
-
-
-@nb.njit(cache=True)
-def _kv_shrink(prev, nxt, kv_len, meta):
-    ev = 0
-    while meta[_USED] > meta[_CAP]:
-        t = meta[_TAIL]
-        _unlink(prev, nxt, meta, t)
-        meta[_USED] -= kv_len[t]
-        kv_len[t] = -1
-        ev += 1
-    return ev
-
-
-@nb.njit(cache=True)
-def _replay(
-    ts, user, hist_end, uoff, hist, coff, cvals, start, stop, max_seq_len,
-    e_last, e_qi, e_qt, e_meta, k_prev, k_next, k_len, k_start, k_meta,
-    pf_rows, pf_t, counts, out,
-):  # fmt: skip
-    count = counts.shape[0] > 0
-    qh, qtl, used, cap, clk = e_meta[_QH], e_meta[_QT], e_meta[_USED], e_meta[_CAP], e_meta[_CLK]
-    pf = 0
-    pf_done = 0
-    npf = pf_rows.shape[0]
-    for i in range(start, stop):
-        # Refill: rows whose background copy has landed fill free space only.
-        while pf < npf and pf_t[pf] <= ts[i]:
-            r = pf_rows[pf]
-            pf += 1
-            if e_last[r] < 0 and used < cap:
-                qh, qtl, clk = _log_append(e_last, e_qi, e_qt, qh, qtl, clk, r)
-                used += 1
-                pf_done += 1
-        j = i - start
-        u = user[i]
-        full = hist_end[i]
-        L = full if full < max_seq_len else max_seq_len
-        s0 = full - L
-        c = 0
-        if k_len[u] >= 0:
-            if k_start[u] == s0:
-                c = k_len[u]
-            _unlink(k_prev, k_next, k_meta, u)
-            k_meta[_USED] -= k_len[u]
-            k_len[u] = -1
-        n = L - c
-        if L > 0 and k_meta[_CAP] >= L:
-            while k_meta[_USED] + L > k_meta[_CAP]:
-                t = k_meta[_TAIL]
-                _unlink(k_prev, k_next, k_meta, t)
-                k_meta[_USED] -= k_len[t]
-                k_len[t] = -1
-            _push_head(k_prev, k_next, k_meta, u)
-            k_len[u] = L
-            k_start[u] = s0
-            k_meta[_USED] += L
-        miss = 0
-        base = uoff[u] + full
-        if cap == 0 and used == 0 and not count:
-            # Fast path (same result): an empty zero-capacity EMB cache misses every lookup.
-            miss = n + coff[i + 1] - coff[i]
-        else:
-            # One loop over the n computed history tokens, then the candidates.
-            m_c = coff[i + 1] - coff[i]
-            for x in range(n + m_c):
-                it = hist[base - n + x] if x < n else cvals[coff[i] + x - n]
-                if count:
-                    counts[it] += 1
-                if e_last[it] >= 0:  # hit: move to MRU by appending to the log
-                    qh, qtl, clk = _log_append(e_last, e_qi, e_qt, qh, qtl, clk, it)
-                    continue
-                miss += 1  # miss: insert, evicting the LRU row when full
-                if cap > 0:
-                    if used >= cap:
-                        qh = _log_evict_lru(e_last, e_qi, e_qt, qh)
-                        used -= 1
-                    qh, qtl, clk = _log_append(e_last, e_qi, e_qt, qh, qtl, clk, it)
-                    used += 1
-        out[0, j] = n
-        out[1, j] = c
-        out[2, j] = L
-        out[3, j] = n + coff[i + 1] - coff[i]
-        out[4, j] = miss
-    e_meta[_QH], e_meta[_QT], e_meta[_USED], e_meta[_CLK] = qh, qtl, used, clk
-    return pf_done
-
-
-@nb.njit(cache=True)
-def _fill_stream(user, hist_end, uoff, hist, coff, cvals, start, n_computed, offs, ids):
-    for j in range(n_computed.shape[0]):
-        i = start + j
-        base = uoff[user[i]] + hist_end[i]
-        w = offs[j]
-        for p in range(base - n_computed[j], base):
-            ids[w] = hist[p]
-            w += 1
-        for p in range(coff[i], coff[i + 1]):
-            ids[w] = cvals[p]
-            w += 1
-
-
-@nb.njit(cache=True)
-def _walk(nxt, head, n):
-    out = np.empty(n, np.int64)
-    cur = head
-    k = 0
-    while cur >= 0 and k < n:
-        out[k] = cur
-        cur = nxt[cur]
-        k += 1
-    return out[:k]

@@ -33,6 +33,7 @@ import numba as nb
 import numpy as np
 
 from helm_plan.arrays import TraceArrays
+from helm_plan.cache._kernels import kv_access
 from helm_plan.errors import ConfigError
 
 
@@ -160,57 +161,16 @@ def _kv_dist_kernel(user, hist_end, max_seq_len, n_users, dist, reuse, ctx):
 
 @nb.njit(cache=True)
 def _kv_one(user, hist_end, max_seq_len, n_users, win, cap, out_row):
-    """The KV half of core._replay (EMB capacity 0) at one capacity."""
+    """The KV half of the core replay (EMB capacity 0) at one capacity."""
     prev = np.full(n_users, -1, np.int32)
     nxt = np.full(n_users, -1, np.int32)
     klen = np.full(n_users, -1, np.int64)
     kstart = np.zeros(n_users, np.int64)
-    head = -1
-    tail = -1
-    used = 0
+    meta = np.array([-1, -1, 0, cap], np.int64)
     for i in range(user.shape[0]):
-        u = user[i]
         full = hist_end[i]
         L = full if full < max_seq_len else max_seq_len
-        s0 = full - L
-        c = 0
-        if klen[u] >= 0:
-            if kstart[u] == s0:
-                c = klen[u]
-            p = prev[u]
-            q = nxt[u]
-            if p >= 0:
-                nxt[p] = q
-            else:
-                head = q
-            if q >= 0:
-                prev[q] = p
-            else:
-                tail = p
-            used -= klen[u]
-            klen[u] = -1
-        if L > 0 and cap >= L:
-            while used + L > cap:
-                t = tail
-                p = prev[t]
-                if p >= 0:
-                    nxt[p] = -1
-                else:
-                    head = -1
-                tail = p
-                used -= klen[t]
-                klen[t] = -1
-            prev[u] = -1
-            nxt[u] = head
-            if head >= 0:
-                prev[head] = u
-            else:
-                tail = u
-            head = u
-            klen[u] = L
-            kstart[u] = s0
-            used += L
-        out_row[win[i]] += c
+        out_row[win[i]] += kv_access(prev, nxt, klen, kstart, meta, user[i], L, full - L)
 
 
 @nb.njit(cache=True, parallel=True)
