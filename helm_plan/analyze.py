@@ -49,7 +49,8 @@ from helm_plan.oracle_labels import read_labels, write_labels
 from helm_plan.report import html as report_html
 from helm_plan.report.store import RunData, write_store
 from helm_plan.report.summary import build_summary
-from helm_plan.sim.node import DEFAULT_SLO_MS, DEFAULT_WINDOW_S, NodeConfig, NodeContext
+from helm_plan.sim.context import NodeContext
+from helm_plan.sim.node import DEFAULT_SLO_MS, DEFAULT_WINDOW_S, NodeConfig
 from helm_plan.synth import SynthConfig
 
 Progress = Callable[[int, int], None]
@@ -307,7 +308,7 @@ def run_analyze(
     from helm_plan import arrays as arr
     from helm_plan.latency.model import build_latency_model, resolve_latency
     from helm_plan.profiles import load_gpu, load_model
-    from helm_plan.sim.node import prepare_context
+    from helm_plan.sim.context import prepare_context
 
     pf = progress_factory or _null_factory
     out = Path(out_dir)

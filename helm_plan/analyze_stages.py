@@ -24,7 +24,8 @@ from helm_plan.latency.model import TERMS, LatencyModel
 from helm_plan.oracle import OracleConfig, best_static, label_windows
 from helm_plan.oracle_labels import Labels, grid_suffix
 from helm_plan.profiles import Pool
-from helm_plan.sim.node import NodeConfig, NodeContext, NodeResult, simulate_node
+from helm_plan.sim.context import NodeContext
+from helm_plan.sim.node import NodeConfig, NodeResult, simulate_node
 from helm_plan.sim.policies import fill_forward
 from helm_plan.sim.queue import fifo
 from helm_plan.sim.sensitivity import adaptivity_ci, sensitivity_table

@@ -3,7 +3,7 @@
 For window ``w`` (DESIGN.md, Oracle), ``P99_w(r)`` is simulated from cold
 caches at ``r`` at the start of the warm-up span (the ``warmup_windows``
 previous windows), over the warm-up span and window ``w``, queue included;
-only window ``w``'s requests are measured (:func:`helm_plan.sim.node.evaluate_span`).
+only window ``w``'s requests are measured (:func:`helm_plan.sim.span.evaluate_span`).
 Then ``r*_w = argmin P99_w(r)``; ties go to the higher SLO attainment, then
 the smaller ``r``.
 
@@ -51,7 +51,9 @@ from helm_plan.oracle_labels import (
 from helm_plan.oracle_search import best_of as _best
 from helm_plan.oracle_search import ratio_grid, search
 from helm_plan.oracle_search import seed_for as _seed
-from helm_plan.sim.node import NodeConfig, NodeContext, evaluate_span, simulate_node
+from helm_plan.sim.context import NodeContext
+from helm_plan.sim.node import NodeConfig, simulate_node
+from helm_plan.sim.span import evaluate_span
 
 Progress = Callable[[int, int], None]
 SAMPLERS = ("tpe", "gp")

@@ -6,18 +6,13 @@ The oracle (per-window offline-optimal ratio, best static) lives in
 
 from __future__ import annotations
 
+from helm_plan.sim.context import NodeContext, load_context, prepare_context
 from helm_plan.sim.node import (
     DEFAULT_SLO_MS,
     DEFAULT_WINDOW_S,
     NodeConfig,
-    NodeContext,
     NodeResult,
-    SpanEval,
-    evaluate_span,
-    load_context,
-    prepare_context,
     simulate_node,
-    trace_footprint_bytes,
 )
 from helm_plan.sim.policies import POLICIES, Policy, PolicyKind, parse_policy, register_policy
 from helm_plan.sim.queue import QueueResult, fifo, window_stats
@@ -38,6 +33,7 @@ from helm_plan.sim.sensitivity import (
     sensitivity_table,
     window_regret,
 )
+from helm_plan.sim.span import SpanEval, evaluate_span
 
 __all__ = [
     "DEFAULT_SLO_MS",
@@ -69,7 +65,6 @@ __all__ = [
     "regret",
     "sensitivity_table",
     "simulate_node",
-    "trace_footprint_bytes",
     "window_regret",
     "window_stats",
 ]

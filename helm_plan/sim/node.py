@@ -21,24 +21,20 @@ Accounting per window: ``h2d_bytes`` = (demand misses + prefetched rows that
 landed in the window) · row_bytes; ``prefetch_bytes`` = the prefetched part.
 The H2D share a request sees is decided by its arrival time.
 
-:func:`evaluate_span` is the oracle's inner evaluation: a constant ``r`` from
-cold caches over a warm-up span and a measured span, queue included.
+:func:`helm_plan.sim.span.evaluate_span` is the oracle's inner evaluation.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
-from helm_plan.arrays import TraceArrays, from_table, window_edges
 from helm_plan.cache import core
-from helm_plan.config import require_positive, require_range
+from helm_plan.config import require_positive
 from helm_plan.errors import ConfigError
-from helm_plan.latency.model import LatencyModel, build_latency_model, resolve_latency
-from helm_plan.profiles import GpuProfile, ModelProfile, load_gpu, load_model, resolve_pool
+from helm_plan.sim.context import NodeContext
 from helm_plan.sim.queue import fifo, window_stats
 from helm_plan.sim.refill import REFILL_MODES, get_refill
 
@@ -84,108 +80,6 @@ class NodeConfig:
             or self.warmup_windows < 0
         ):
             raise ConfigError(f"warmup_windows must be an integer >= 0, got {self.warmup_windows}")
-
-
-@dataclass(frozen=True, eq=False)
-class NodeContext:
-    """A trace prepared for node simulation: dense arrays, profiles, latency model, pool."""
-
-    arrays: TraceArrays
-    """Dense trace arrays."""
-    gpu: GpuProfile
-    """GPU profile."""
-    model: ModelProfile
-    """Model profile."""
-    latency: LatencyModel
-    """Resolved service-time model."""
-    pool_bytes: int
-    """HBM cache pool split between EMB and KV, bytes."""
-    pool_source: str = ""
-    """How the pool was sized."""
-    footprint_bytes: int = 0
-    """The trace's combined EMB+KV footprint, bytes."""
-    notes: tuple[str, ...] = ()
-    """Warnings for the user (e.g. the whole footprint fits in the pool)."""
-    n_cand: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
-    """Candidates per request, int64 (derived)."""
-    ctx_len: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
-    """Context length L per request, capped at max_seq_len, int64 (derived)."""
-    first_visit: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
-    """True where the request is its user's first in the trace (derived)."""
-
-    def __post_init__(self) -> None:
-        require_positive("pool_bytes", self.pool_bytes)
-        a = self.arrays
-        if self.n_cand is None:
-            object.__setattr__(self, "n_cand", np.diff(a.cand_offsets).astype(np.int64))
-        if self.ctx_len is None:
-            object.__setattr__(
-                self, "ctx_len", np.minimum(a.hist_end, self.model.max_seq_len).astype(np.int64)
-            )
-        if self.first_visit is None:
-            fv = np.zeros(a.n_requests, bool)
-            _, first = np.unique(a.user, return_index=True)
-            fv[first] = True
-            object.__setattr__(self, "first_visit", fv)
-
-    def edges(self, window_s: float) -> np.ndarray:
-        """Request index bounds of each ``window_s`` window (len = windows + 1)."""
-        return window_edges(self.arrays.ts_s, window_s)
-
-    def n_windows(self, window_s: float) -> int:
-        """Number of ``window_s`` windows covering the trace."""
-        return len(self.edges(window_s)) - 1
-
-
-def trace_footprint_bytes(arrays: TraceArrays, model: ModelProfile) -> int:
-    """EMB+KV footprint: distinct items·row_bytes + Σ_users min(final history, max_seq_len)·kv_bytes/token."""
-    final_hist = np.diff(arrays.user_hist_offsets)
-    kv_tokens = int(np.minimum(final_hist, model.max_seq_len).sum())
-    return int(arrays.n_items) * model.row_bytes + kv_tokens * model.kv_bytes_per_token
-
-
-def prepare_context(
-    arrays: TraceArrays,
-    gpu: GpuProfile,
-    model: ModelProfile,
-    latency: LatencyModel,
-    *,
-    pool_bytes: int | None = None,
-    pool_fraction: float | None = None,
-) -> NodeContext:
-    """Bundle arrays and profiles; size the pool (HBM default, bytes, or footprint share)."""
-    fp = trace_footprint_bytes(arrays, model)
-    pool = resolve_pool(
-        gpu, model, pool_bytes_override=pool_bytes, pool_fraction=pool_fraction, footprint_bytes=fp
-    )
-    notes: list[str] = []
-    if pool.pool_bytes >= fp:
-        notes.append(
-            f"the trace's whole EMB+KV footprint ({fp / 2**30:.3g} GiB) fits in the "
-            f"{pool.pool_bytes / 2**30:.3g} GiB pool, so the caches do not compete; "
-            "use --pool-fraction < 1 to study the split"
-        )
-    return NodeContext(arrays, gpu, model, latency, pool.pool_bytes, pool.source, fp, tuple(notes))
-
-
-def load_context(
-    trace_path: str | Path,
-    *,
-    gpu: str = "a100-80g",
-    model: str = "gr-small",
-    latency: str | None = None,
-    pool_bytes: int | None = None,
-    pool_fraction: float | None = None,
-    seed: int = 0,
-) -> NodeContext:
-    """Read a trace file and resolve profiles by name or path (what the CLI commands call)."""
-    from helm_plan import trace
-
-    g = load_gpu(gpu)
-    m = load_model(model)
-    lat = build_latency_model(g, m, resolve_latency(g, m, latency))
-    arrays = from_table(trace.read(trace_path), seed=seed)
-    return prepare_context(arrays, g, m, lat, pool_bytes=pool_bytes, pool_fraction=pool_fraction)
 
 
 @dataclass(frozen=True, eq=False)
@@ -411,62 +305,3 @@ def simulate_node(ctx: NodeContext, ratios_per_window: np.ndarray, cfg: NodeConf
 def _apply_share(ts: np.ndarray, share: np.ndarray, iv: tuple[float, float, float]) -> None:
     lo, hi = np.searchsorted(ts, [iv[0], iv[1]], side="left")
     share[lo:hi] = iv[2]
-
-
-@dataclass(frozen=True)
-class SpanEval:
-    """One oracle evaluation: constant ratio from cold caches, measured over one span."""
-
-    ratio: float
-    """EMB share evaluated."""
-    p50_ms: float
-    """Median sojourn of the measured requests, ms."""
-    p99_ms: float
-    """P99 sojourn of the measured requests, ms."""
-    slo_attainment: float
-    """Share of measured requests with sojourn <= SLO."""
-    emb_hit_rate: float
-    """EMB hit rate of the measured requests."""
-    kv_reuse_rate: float
-    """KV reuse rate (reused / context tokens) of the measured requests."""
-    h2d_bytes: int
-    """Demand-miss H2D bytes of the measured requests."""
-
-
-def evaluate_span(
-    ctx: NodeContext, ratio: float, warm_start: int, start: int, stop: int, cfg: NodeConfig
-) -> SpanEval:
-    """P99 etc. of requests ``[start, stop)`` at constant ``ratio``, cold at ``warm_start``.
-
-    Requests ``[warm_start, start)`` warm the caches and the queue but are not measured.
-    """
-    if not 0 <= warm_start <= start <= stop <= ctx.arrays.n_requests:
-        raise ConfigError(f"bad span: warm_start={warm_start}, start={start}, stop={stop}")
-    require_range("ratio", ratio, 0.0, 1.0)
-    a = ctx.arrays
-    emb_rows, kv_tokens = core.capacities(ratio, ctx.pool_bytes, ctx.model)
-    state = core.CacheState.empty(a.n_items, a.n_users, emb_rows, kv_tokens)
-    r = core.replay(a, state, warm_start, stop, max_seq_len=ctx.model.max_seq_len)
-    n_comp, n_reused, ctx_len, n_lookup, n_miss = (
-        r.n_computed, r.n_reused, r.ctx_len, r.n_lookup, r.n_miss,
-    )  # fmt: skip
-    sl = slice(warm_start, stop)
-    service = ctx.latency.service_time_s(n_comp, ctx_len, ctx.n_cand[sl], n_lookup, n_miss)
-    q = fifo(a.ts_s[sl], service, cfg.slots)
-    k = start - warm_start
-    soj = q.sojourn_s[k:]
-    look = int(n_lookup[k:].sum())
-    cl = int(ctx_len[k:].sum())
-    miss = int(n_miss[k:].sum())
-    if len(soj) == 0:
-        nan = float("nan")
-        return SpanEval(ratio, nan, nan, nan, nan, nan, 0)
-    return SpanEval(
-        ratio=float(ratio),
-        p50_ms=float(np.percentile(soj, 50) * 1e3),
-        p99_ms=float(np.percentile(soj, 99) * 1e3),
-        slo_attainment=float(np.mean(soj <= cfg.slo_ms / 1e3)),
-        emb_hit_rate=1.0 - miss / look if look else float("nan"),
-        kv_reuse_rate=int(n_reused[k:].sum()) / cl if cl else float("nan"),
-        h2d_bytes=miss * ctx.model.row_bytes,
-    )

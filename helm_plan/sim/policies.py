@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from helm_plan.errors import ConfigError
-from helm_plan.sim.node import NodeConfig, NodeContext
+from helm_plan.sim.context import NodeContext
+from helm_plan.sim.node import NodeConfig
 
 if TYPE_CHECKING:
     from helm_plan.oracle import OracleConfig
