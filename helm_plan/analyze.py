@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
-import platform
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +48,7 @@ from helm_plan.report.store import RunData, write_store
 from helm_plan.report.summary import build_summary
 from helm_plan.sim.context import NodeContext
 from helm_plan.sim.node import DEFAULT_SLO_MS, DEFAULT_WINDOW_S, NodeConfig
+from helm_plan.stage_cache import StageCache, stable_hash, versions
 from helm_plan.synth import SynthConfig
 
 Progress = Callable[[int, int], None]
@@ -59,8 +57,6 @@ STAGES = ("inspect", "curves", "oracle", "policies", "report")
 """Pipeline stages in run order."""
 STAGE_VERSION = "1"
 """Bump to invalidate every cached stage (a change in what a stage computes)."""
-VERSION_PACKAGES = ("numpy", "numba", "polars", "duckdb", "pyarrow", "optuna", "scipy", "torch",
-                    "plotly")  # fmt: skip
 
 DEMO_SYNTH = SynthConfig(
     regime="mixed", qps=100.0, duration_s=120.0, items=2_000_000, zipf_alpha=0.7,
@@ -173,7 +169,7 @@ def prepare_demo(out_dir: str | Path, synth_cfg: SynthConfig) -> Path:
     """Write the demo trace into ``out_dir`` (reused when an identical one is there)."""
     from helm_plan import synth_like
 
-    path = Path(out_dir) / f"demo-{_hash(asdict(synth_cfg))[:8]}.parquet"
+    path = Path(out_dir) / f"demo-{stable_hash(asdict(synth_cfg))[:8]}.parquet"
     if path.is_file():
         with contextlib.suppress(Exception):
             if trace.provenance(path).get("arguments") == json.loads(
@@ -228,70 +224,6 @@ class AnalyzeResult:
     """Warnings for the user (e.g. the whole footprint fits in the pool)."""
 
 
-def versions() -> dict[str, str]:
-    """Versions of Python, helm-plan and the numeric stack (without importing them)."""
-    from helm_plan import __version__
-
-    out = {"python": platform.python_version(), "helm-plan": __version__}
-    for p in VERSION_PACKAGES:
-        try:
-            out[p] = metadata.version(p)
-        except metadata.PackageNotFoundError:
-            out[p] = "not installed"
-    return out
-
-
-def _hash(obj: Any) -> str:
-    blob = json.dumps(obj, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
-class StageCache:
-    """Finished stage outputs in ``DIR/.stages``, each file written atomically."""
-
-    def __init__(self, out_dir: Path) -> None:
-        self.dir = out_dir / ".stages"
-
-    def path(self, stage: str, key: str, ext: str) -> Path:
-        return self.dir / f"{stage}-{key}.{ext}"
-
-    def load(self, stage: str, key: str) -> StageOutput | None:
-        p = self.path(stage, key, "json")
-        if not p.is_file():
-            return None
-        try:
-            obj = json.loads(p.read_text("utf-8"))
-        except (OSError, ValueError):
-            return None  # unreadable: recompute and overwrite
-        tables = {
-            n: pl.DataFrame(t["columns"], schema={c: _DTYPES[d] for c, d in t["schema"].items()})
-            for n, t in obj["tables"].items()
-        }
-        return StageOutput(tables=tables, meta=obj["meta"])
-
-    def save(self, stage: str, key: str, out: StageOutput) -> None:
-        tables = {}
-        for n, df in out.tables.items():
-            schema = {c: _dtype_name(t) for c, t in df.schema.items()}
-            tables[n] = {"schema": schema, "columns": {c: df[c].to_list() for c in df.columns}}
-        io.write_json(self.path(stage, key, "json"), {"stage": stage, "key": key,
-                                                      "meta": out.meta, "tables": tables})  # fmt: skip
-
-
-_DTYPES = {"Int64": pl.Int64, "Float64": pl.Float64, "String": pl.String, "Boolean": pl.Boolean,
-           "Int32": pl.Int32}  # fmt: skip
-
-
-def _dtype_name(t: pl.DataType) -> str:
-    if t.is_integer():
-        return "Int64"
-    if t.is_float():
-        return "Float64"
-    if t == pl.Boolean:
-        return "Boolean"
-    return "String"
-
-
 def _null_factory(label: str) -> AbstractContextManager[Progress]:
     return contextlib.nullcontext(lambda done, total: None)
 
@@ -324,13 +256,13 @@ def run_analyze(
     )  # fmt: skip
     base = {"v": STAGE_VERSION, "trace": sha, "gpu": asdict(gpu), "model": asdict(model),
             "latency": asdict(lat_prof), "pool": ctx.pool_bytes, "seed": cfg.seed}  # fmt: skip
-    keys = {"inspect": _hash({**base, "stage": "inspect"})}
-    keys["curves"] = _hash({**base, "stage": "curves", "cfg": asdict(cfg.curves)})
+    keys = {"inspect": stable_hash({**base, "stage": "inspect"})}
+    keys["curves"] = stable_hash({**base, "stage": "curves", "cfg": asdict(cfg.curves)})
     ocfg = dataclasses.replace(cfg.oracle, workers=0)  # workers never change results
-    keys["oracle"] = _hash(
+    keys["oracle"] = stable_hash(
         {**base, "stage": "oracle", "node": asdict(cfg.node), "cfg": asdict(ocfg)}
     )
-    keys["policies"] = _hash({**base, "stage": "policies", "up": keys["oracle"],
+    keys["policies"] = stable_hash({**base, "stage": "policies", "up": keys["oracle"],
                               "node": asdict(cfg.node), "cfg": asdict(ocfg),
                               "boot": [cfg.n_boot, cfg.confidence]})  # fmt: skip
     cache = StageCache(out)
