@@ -31,4 +31,9 @@ def task(description: str, *, quiet: bool = False) -> Iterator[Callable[[int, in
         def update(done: int, total: int) -> None:
             prog.update(tid, completed=done, total=total)
 
-        yield update
+        try:
+            yield update
+        except BaseException:
+            # A failed stage leaves no half-drawn bar above its one-line error.
+            prog.live.transient = True
+            raise
