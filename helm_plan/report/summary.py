@@ -140,8 +140,8 @@ def verdict(run: RunData) -> list[str]:
     for name, cache in (("emb-max", "EMB"), ("kv-max", "KV")):
         p99 = pols.get(name, {}).get("p99_ms")
         if ref and p99 is not None:
-            ext.append(f"all to {cache} {_pct(p99 / ref - 1.0)}")
-    ext_txt = f" (whole pool {' / '.join(ext)} above the best static P99)" if ext else ""
+            ext.append(f"the whole pool to {cache} gives a P99 {_pct(p99 / ref - 1.0)} above it")
+    ext_txt = f" (against the best static split, {' and '.join(ext)})" if ext else ""
     if s["split_matters"] is False:
         out.append(
             "The EMB/KV split hardly matters for this workload and profile: even giving the whole "
