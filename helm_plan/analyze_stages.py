@@ -18,7 +18,6 @@ import numpy as np
 import polars as pl
 
 from helm_plan.arrays import TraceArrays
-from helm_plan.cache import core
 from helm_plan.cache.curves import CurvesConfig, compute_curves
 from helm_plan.latency.model import TERMS, LatencyModel
 from helm_plan.oracle import OracleConfig, best_static, label_windows
@@ -27,8 +26,8 @@ from helm_plan.profiles import Pool
 from helm_plan.sim.context import NodeContext
 from helm_plan.sim.node import NodeConfig, NodeResult, simulate_node
 from helm_plan.sim.policies import fill_forward
-from helm_plan.sim.queue import fifo
 from helm_plan.sim.sensitivity import adaptivity_ci, sensitivity_table
+from helm_plan.sim.span import replay_span
 
 Progress = Callable[[int, int], None]
 
@@ -201,19 +200,12 @@ def oracle_pooled(
     """
     edges = ctx.edges(node_cfg.window_s)
     soj: list[np.ndarray] = []
-    a = ctx.arrays
     for w, r in enumerate(labels.r_star):
         s, e = int(edges[w]), int(edges[w + 1])
         if w < node_cfg.warmup_windows or e == s or not np.isfinite(r):
             continue
         ws = int(edges[max(w - warmup_windows, 0)])
-        state = core.new_state(a, float(r), ctx.pool_bytes, ctx.model)
-        res = core.replay(a, state, ws, e, max_seq_len=ctx.model.max_seq_len)
-        sl = slice(ws, e)
-        svc = ctx.latency.service_time_s(
-            res.n_computed, ctx.ctx_len[sl], ctx.n_cand[sl], res.n_lookup, res.n_miss
-        )
-        soj.append(fifo(a.ts_s[sl], svc, node_cfg.slots).sojourn_s[s - ws :])
+        soj.append(replay_span(ctx, float(r), ws, s, e, node_cfg.slots)[1])
     if not soj:
         return float("nan"), float("nan")
     x = np.concatenate(soj)

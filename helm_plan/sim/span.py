@@ -38,12 +38,13 @@ class SpanEval:
     """Demand-miss H2D bytes of the measured requests."""
 
 
-def evaluate_span(
-    ctx: NodeContext, ratio: float, warm_start: int, start: int, stop: int, cfg: NodeConfig
-) -> SpanEval:
-    """P99 etc. of requests ``[start, stop)`` at constant ``ratio``, cold at ``warm_start``.
+def replay_span(
+    ctx: NodeContext, ratio: float, warm_start: int, start: int, stop: int, slots: int
+) -> tuple[core.ReplayResult, np.ndarray]:
+    """Replay ``[warm_start, stop)`` from cold caches at ``ratio`` through a FIFO queue.
 
-    Requests ``[warm_start, start)`` warm the caches and the queue but are not measured.
+    Returns the cache outcomes of the whole span and the sojourn times (s) of
+    the measured requests ``[start, stop)``; the earlier ones only warm up.
     """
     if not 0 <= warm_start <= start <= stop <= ctx.arrays.n_requests:
         raise ConfigError(f"bad span: warm_start={warm_start}, start={start}, stop={stop}")
@@ -52,17 +53,25 @@ def evaluate_span(
     emb_rows, kv_tokens = core.capacities(ratio, ctx.pool_bytes, ctx.model)
     state = core.CacheState.empty(a.n_items, a.n_users, emb_rows, kv_tokens)
     r = core.replay(a, state, warm_start, stop, max_seq_len=ctx.model.max_seq_len)
-    n_comp, n_reused, ctx_len, n_lookup, n_miss = (
-        r.n_computed, r.n_reused, r.ctx_len, r.n_lookup, r.n_miss,
-    )  # fmt: skip
     sl = slice(warm_start, stop)
-    service = ctx.latency.service_time_s(n_comp, ctx_len, ctx.n_cand[sl], n_lookup, n_miss)
-    q = fifo(a.ts_s[sl], service, cfg.slots)
+    service = ctx.latency.service_time_s(
+        r.n_computed, r.ctx_len, ctx.n_cand[sl], r.n_lookup, r.n_miss
+    )
+    return r, fifo(a.ts_s[sl], service, slots).sojourn_s[start - warm_start :]
+
+
+def evaluate_span(
+    ctx: NodeContext, ratio: float, warm_start: int, start: int, stop: int, cfg: NodeConfig
+) -> SpanEval:
+    """P99 etc. of requests ``[start, stop)`` at constant ``ratio``, cold at ``warm_start``.
+
+    Requests ``[warm_start, start)`` warm the caches and the queue but are not measured.
+    """
+    r, soj = replay_span(ctx, ratio, warm_start, start, stop, cfg.slots)
     k = start - warm_start
-    soj = q.sojourn_s[k:]
-    look = int(n_lookup[k:].sum())
-    cl = int(ctx_len[k:].sum())
-    miss = int(n_miss[k:].sum())
+    look = int(r.n_lookup[k:].sum())
+    cl = int(r.ctx_len[k:].sum())
+    miss = int(r.n_miss[k:].sum())
     if len(soj) == 0:
         nan = float("nan")
         return SpanEval(ratio, nan, nan, nan, nan, nan, 0)
@@ -72,6 +81,6 @@ def evaluate_span(
         p99_ms=float(np.percentile(soj, 99) * 1e3),
         slo_attainment=float(np.mean(soj <= cfg.slo_ms / 1e3)),
         emb_hit_rate=1.0 - miss / look if look else float("nan"),
-        kv_reuse_rate=int(n_reused[k:].sum()) / cl if cl else float("nan"),
+        kv_reuse_rate=int(r.n_reused[k:].sum()) / cl if cl else float("nan"),
         h2d_bytes=miss * ctx.model.row_bytes,
     )
