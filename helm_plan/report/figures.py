@@ -250,21 +250,26 @@ def regret_heatmap(run: RunData) -> go.Figure | None:
                    yaxis_title="EMB share r", hovermode="closest")  # fmt: skip
 
 
-def policy_p99(run: RunData) -> go.Figure | None:
-    """Per-window P99 of every policy, with the SLO."""
-    df = run.table("policy_windows")
-    if df.is_empty():
-        return None
+def _per_policy(df: pl.DataFrame, y: str, *, line: dict[str, Any], **kw: Any) -> go.Figure:
+    """One line per policy of column ``y`` against window mid-time, in table order."""
     fig = go.Figure()
     for i, p in enumerate(dict.fromkeys(df["policy"].to_list())):
         sub = df.filter(pl.col("policy") == p).sort("window")
         fig.add_trace(
             go.Scatter(
-                x=((sub["t_start_s"] + sub["t_end_s"]) / 2).to_list(), y=sub["p99_ms"].to_list(),
-                mode="lines+markers", name=p, line={"color": _colour(p, i), "width": 1.8},
-                marker={"size": 5},
+                x=((sub["t_start_s"] + sub["t_end_s"]) / 2).to_list(), y=sub[y].to_list(),
+                name=p, line={**line, "color": _colour(p, i)}, **kw,
             )
         )  # fmt: skip
+    return fig
+
+
+def policy_p99(run: RunData) -> go.Figure | None:
+    """Per-window P99 of every policy, with the SLO."""
+    df = run.table("policy_windows")
+    if df.is_empty():
+        return None
+    fig = _per_policy(df, "p99_ms", mode="lines+markers", line={"width": 1.8}, marker={"size": 5})
     slo = run.meta.get("slo_ms")
     if slo:
         fig.add_hline(y=slo, line={"color": "#888", "dash": "dot"}, annotation_text="SLO")
@@ -307,15 +312,7 @@ def policy_ratio(run: RunData) -> go.Figure | None:
     df = run.table("policy_windows")
     if df.is_empty():
         return None
-    fig = go.Figure()
-    for i, p in enumerate(dict.fromkeys(df["policy"].to_list())):
-        sub = df.filter(pl.col("policy") == p).sort("window")
-        fig.add_trace(
-            go.Scatter(
-                x=((sub["t_start_s"] + sub["t_end_s"]) / 2).to_list(), y=sub["ratio"].to_list(),
-                mode="lines", line={"shape": "hv", "color": _colour(p, i)}, name=p,
-            )
-        )  # fmt: skip
+    fig = _per_policy(df, "ratio", mode="lines", line={"shape": "hv"})
     fig.update_yaxes(range=[-0.02, 1.02])
     return _layout(fig, "EMB share per window by policy", xaxis_title="time (s)",
                    yaxis_title="EMB share r")  # fmt: skip
