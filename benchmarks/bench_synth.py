@@ -9,8 +9,13 @@
   no arrivals, no file.
 
 Peak RSS of the generator is measured in a child process (VmHWM from
-/proc/self/status). Usage: ``python benchmarks/bench_synth.py [--requests 1000000]``.
-Writes only under /tmp.
+/proc/self/status). The generator streams in time order, so its peak memory
+should not grow with the request count: a second run writes ``--big-requests``
+(default 10M) requests and reports its peak RSS next to a peer, polars reading
+the produced file back (``pl.read_parquet``, i.e. holding the trace once), with
+the ratio. Usage:
+``python benchmarks/bench_synth.py [--requests 1000000] [--big-requests 10000000]``
+(``--big-requests 0`` skips the big run). Writes only under /tmp.
 """
 
 from __future__ import annotations
@@ -36,14 +41,44 @@ print(json.dumps({"wall_s": wall, "requests": res.requests, "users": res.users,
 """
 
 
-def run_ours(cfg: dict, out: str) -> dict:
+POLARS_READ = """
+import json, sys, time
+import polars as pl
+t0 = time.perf_counter()
+df = pl.read_parquet(sys.argv[1])
+rows = df.height
+wall = time.perf_counter() - t0
+hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]
+print(json.dumps({"wall_s": wall, "rows": rows, "peak_rss_mib": int(hwm) / 1024}))
+"""
+
+
+def child(code: str, *args: str) -> dict:
     r = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(cfg), out],
-        check=True,
-        capture_output=True,
-        text=True,
+        [sys.executable, "-c", code, *args], check=True, capture_output=True, text=True
     )
     return json.loads(r.stdout)
+
+
+def run_ours(cfg: dict, out: str) -> dict:
+    return child(CHILD, json.dumps(cfg), out)
+
+
+def big_run(requests: int, out: str) -> dict:
+    """Peak RSS of writing ``requests`` requests, against polars reading the file back."""
+    qps = 10_000.0
+    cfg = {"qps": qps, "duration_s": requests / qps, "items": 10_000_000, "seed": 0}
+    ours = run_ours(cfg, out)
+    peer = child(POLARS_READ, out)
+    assert peer["rows"] == ours["requests"], (peer["rows"], ours["requests"])
+    return {
+        "requests": ours["requests"],
+        "ours_wall_s": round(ours["wall_s"], 2),
+        "ours_peak_rss_mib": round(ours["peak_rss_mib"], 1),
+        "polars_read_wall_s": round(peer["wall_s"], 2),
+        "polars_read_peak_rss_mib": round(peer["peak_rss_mib"], 1),
+        "rss_ratio_polars_read_over_ours": round(peer["peak_rss_mib"] / ours["peak_rss_mib"], 2),
+    }
 
 
 def naive_loop(n: int, *, qps: float, users: int, items: int, alpha: float, seed: int) -> float:
@@ -97,7 +132,9 @@ def _bisect(a: list[float], x: float) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=1_000_000)
+    ap.add_argument("--big-requests", type=int, default=10_000_000)
     ap.add_argument("--out", default="/tmp/helm_bench_synth.parquet")
+    ap.add_argument("--big-out", default="/tmp/helm_bench_synth_big.parquet")
     args = ap.parse_args()
     qps = 1000.0
     cfg = {"qps": qps, "duration_s": args.requests / qps, "items": 1_000_000, "seed": 0}
@@ -117,6 +154,7 @@ def main() -> None:
         * n
         / sub
     )
+    big = big_run(args.big_requests, args.big_out) if args.big_requests > 0 else None
     print(
         json.dumps(
             {
@@ -128,6 +166,7 @@ def main() -> None:
                 "numpy_zipf_floor_s": round(floor_s, 3),
                 "speedup_vs_naive_loop": round(loop_s / ours["wall_s"], 1),
                 "ours_over_zipf_floor": round(ours["wall_s"] / floor_s, 2),
+                "big": big,
             },
             indent=2,
         )

@@ -1,24 +1,27 @@
 """Synthetic canonical traces: the ``helm-plan synth`` generator.
 
 The generator is fully vectorised numpy; nothing loops per request in Python.
-It builds a trace in two passes:
+It streams in time order, so memory does not grow with the request count:
 
-1. **Requests** (O(requests) memory). Arrival times come from
-   :func:`helm_plan.regimes.shape` and :func:`~helm_plan.regimes.arrivals_poisson`.
-   Each request is either *cold* (a user's first request in the trace) or a
-   *revisit*. Outside bursts it is cold with probability
-   ``users / E[requests outside bursts]``, inside a burst with probability
-   ``burst_cold_share``. A revisit is, with probability ``session_share``, a
-   session continuation of the last request at or before ``t - lag``,
-   ``lag ~ lognormal(median revisit_gap_s, sigma revisit_gap_sigma)`` (heavy
-   tail), by that request's user; otherwise a return of a uniformly chosen
-   earlier user. Users are resolved by pointer doubling over these links and
-   numbered by first appearance. A cold request carries the initial history
-   (1 + a rounded lognormal, mean ``cold_history_mean``), a revisit a geometric number of new
-   items (mean ``new_items_mean``); a user's history is capped at
-   ``max_seq_len`` (items past it are dropped).
-2. **Items** (O(row group) memory), one row group of ``ROW_GROUP_ROWS``
-   requests at a time, each with its own seeded generator. Item ranks are Zipf
+1. **Plan** (:func:`plan`, O(1)): the rate shape
+   (:func:`helm_plan.regimes.shape`), the cold probabilities, burst hot sets,
+   the item bijection and the cut of ``[0, duration_s]`` into generation
+   segments of ``SEGMENT_REQUESTS`` expected requests (config-determined).
+2. **Requests** (:mod:`helm_plan.synth_users`), one segment at a time with
+   its own generator and carried state of O(users). Each request is either
+   *cold* (a user's first request in the trace) or a *revisit*. Outside bursts
+   it is cold with probability ``users / E[requests outside bursts]``, inside a
+   burst with probability ``burst_cold_share``. A revisit is, with probability
+   ``session_share``, a session continuation of the last request at or before
+   ``t - lag``, ``lag ~ lognormal(median revisit_gap_s, sigma
+   revisit_gap_sigma)`` (heavy tail), by that request's user (drawn forward
+   from the anchor, see that module); otherwise a return of a uniformly chosen
+   earlier user. Users are numbered by first appearance. A cold request
+   carries the initial history (1 + a rounded lognormal, mean
+   ``cold_history_mean``), a revisit a geometric number of new items (mean
+   ``new_items_mean``); a user's history is capped at ``max_seq_len`` (items
+   past it are dropped).
+3. **Items**, per segment with its own seeded generator. Item ranks are Zipf
    (``P(rank k) ∝ ∫_{k-1/2}^{k+1/2} x^-alpha dx ≈ k^-alpha``, sampled by
    inverting the continuous CDF, O(1) memory whatever the catalog size). In
    the trend span the ranking rotates by up to ``drift_ranks`` positions, so
@@ -27,6 +30,8 @@ It builds a trace in two passes:
    from that burst's hot set (``burst_hot_items`` ids) with probability
    ``burst_hot_share``.
 
+Segment outputs are cut into row groups of ``ROW_GROUP_ROWS`` requests; the
+rows themselves depend only on the config, not on ``ROW_GROUP_ROWS``.
 The ``candidates`` column is left out: the simulator draws ``n_candidates``
 ids per request from the trailing popularity (:mod:`helm_plan.arrays`).
 The same config and seed give an identical table and identical file bytes.
@@ -42,11 +47,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from helm_plan import regimes, trace
+from helm_plan import regimes, synth_users, trace
 from helm_plan.config import require_positive, require_range
 from helm_plan.errors import ConfigError
 
-#: Requests per parquet row group; also the unit of per-chunk item seeding.
+#: Requests per parquet row group (and per table yielded by :func:`iter_chunks`).
 ROW_GROUP_ROWS = 1 << 18
 #: Largest catalog: ids and the affine bijection stay exact in int64.
 MAX_ITEMS = 2_000_000_000
@@ -159,36 +164,43 @@ def _require_int(name: str, value: Any, lo: int, hi: int | None = None) -> None:
 
 @dataclass(frozen=True)
 class Plan:
-    """Per-request arrays of a synthetic trace (pass 1), before items are drawn."""
+    """Trace-wide parameters of a synthetic trace: rate shape, arrival model and item maps."""
 
-    ts_s: np.ndarray
-    """Arrival times, float64 seconds, sorted."""
-    user_id: np.ndarray
-    """User of each request, int32, numbered by first appearance."""
-    n_new: np.ndarray
-    """New items per request after the max_seq_len cap, int32."""
     hot_items: np.ndarray
     """Hot-item ids of each burst, shape (bursts, burst_hot_items), int64."""
     bijection: tuple[int, int]
     """(a, b) of the rank-position to item-id map (a·pos + b) mod items."""
+    arrivals: synth_users.ArrivalModel = field(repr=False)
+    """Rates and probabilities the segments draw requests from."""
     shape: regimes.RegimeShape = field(repr=False)
     """The rate shape the arrivals follow."""
 
     @property
-    def n_requests(self) -> int:
-        return len(self.ts_s)
+    def expected_requests(self) -> float:
+        return self.shape.expected_requests
 
 
 def zipf_ranks(u: np.ndarray, n_items: int, alpha: float) -> np.ndarray:
     """0-based Zipf ranks for uniforms ``u`` in [0, 1): P(k) ∝ ∫_{k-1/2}^{k+1/2} x^-alpha dx."""
+    return _zipf_into(np.array(u, np.float64), n_items, alpha)
+
+
+def _zipf_into(x: np.ndarray, n_items: int, alpha: float) -> np.ndarray:
+    """:func:`zipf_ranks` that overwrites the float64 uniforms ``x`` (fewer temporaries)."""
     lo, hi = 0.5, n_items + 0.5
     e = 1.0 - alpha
     if abs(e) < 1e-9:
-        x = lo * np.exp(u * math.log(hi / lo))
+        x *= math.log(hi / lo)
+        np.exp(x, out=x)
+        x *= lo
     else:
         a, b = lo**e, hi**e
-        x = (a + u * (b - a)) ** (1.0 / e)
-    r = np.floor(x + 0.5).astype(np.int64)
+        x *= b - a
+        x += a
+        np.power(x, 1.0 / e, out=x)
+    x += 0.5
+    np.floor(x, out=x)
+    r = x.astype(np.int64)
     np.clip(r, 1, n_items, out=r)
     r -= 1
     return r
@@ -206,7 +218,7 @@ def _subseed(seed: int, *stream: int) -> np.random.Generator:
 
 
 def plan(cfg: SynthConfig) -> Plan:
-    """Pass 1: arrival times, users and per-request item counts (no item ids yet)."""
+    """Trace-wide parameters: rate shape, arrival model, burst hot sets, item bijection."""
     shp = regimes.shape(
         cfg.regime,
         qps=cfg.qps,
@@ -216,12 +228,6 @@ def plan(cfg: SynthConfig) -> Plan:
         burst_len_frac=cfg.burst_len_frac,
         bursts_per_duration=cfg.bursts,
     )
-    ts = regimes.arrivals_poisson(shp, cfg.seed + 1_000_003)
-    n = len(ts)
-    rng = _subseed(cfg.seed, 1)
-
-    in_burst = _burst_of(shp, ts) >= 0
-
     # Cold probability outside bursts: E[cold outside bursts] = users.
     cum = np.concatenate(
         [[0.0], np.cumsum((shp.rate[1:] + shp.rate[:-1]) * 0.5 * np.diff(shp.grid_s))]
@@ -231,52 +237,6 @@ def plan(cfg: SynthConfig) -> Plan:
     )
     outside = max(cum[-1] - burst_mass, 1e-12)
     p_cold = min(1.0, resolved_users(cfg, outside) / outside)
-    p = np.where(in_burst, max(cfg.burst_cold_share, p_cold), p_cold)
-    cold = rng.random(n) < p
-    if n:
-        cold[0] = True
-
-    # Revisits: a session continuation follows up the last request at or before
-    # t - lag and belongs to its user; a return visit picks a uniformly random
-    # user among those who arrived earlier.
-    it = np.int32 if n < 2**31 - 1 else np.int64  # request indices (halves memory)
-    idx = np.arange(n, dtype=it)
-    first_rank = (np.cumsum(cold, dtype=np.int64) - 1).astype(it)
-    cold_idx = np.flatnonzero(cold).astype(it)
-    lag = rng.lognormal(math.log(cfg.revisit_gap_s), cfg.revisit_gap_sigma, size=n)
-    lag = ts - lag
-    order = np.argsort(lag)  # sorted keys make the binary searches cache-friendly
-    parent = np.empty(n, it)
-    parent[order] = np.searchsorted(ts, lag[order], side="right") - 1
-    del lag, order
-    arrived = first_rank + 1 - cold  # users whose first request came before request i
-    returning = cold_idx[(rng.random(n) * np.maximum(arrived, 1)).astype(it)]
-    del arrived
-    session = (rng.random(n) < cfg.session_share) & (parent >= 0)
-    root = np.where(cold, idx, np.where(session, parent, returning))
-    del parent, returning, session, idx
-    while True:  # pointer doubling: every request ends at its user's first request
-        nxt = root[root]
-        if np.array_equal(nxt, root):
-            break
-        root = nxt
-    user = first_rank[root]
-    del root, first_rank
-
-    # Item counts: initial history for cold requests, geometric growth for revisits.
-    sig = cfg.cold_history_sigma
-    extra = cfg.cold_history_mean - 1.0  # 1 + round(lognormal with mean `extra`)
-    mu = math.log(max(extra, 1e-300)) - sig * sig / 2
-    first_size = np.floor(rng.lognormal(mu, sig, size=n) + 0.5) if extra > 0 else np.zeros(n)
-    first_size += 1
-    np.clip(first_size, 1, cfg.max_seq_len, out=first_size)
-    k = first_size.astype(np.int32)
-    del first_size
-    grow = rng.geometric(1.0 / (1.0 + cfg.new_items_mean), size=n) - 1
-    np.minimum(grow, cfg.max_seq_len, out=grow)
-    k[~cold] = grow[~cold]
-    del grow
-    k = _cap_history(user, k, cfg.max_seq_len)
 
     item_rng = _subseed(cfg.seed, 2)
     n_hot = min(cfg.burst_hot_items, cfg.items)
@@ -292,7 +252,7 @@ def plan(cfg: SynthConfig) -> Plan:
     )
     a_mul = _coprime(cfg.items, item_rng)
     b_add = int(item_rng.integers(0, cfg.items))
-    return Plan(ts, user, k, hot, (a_mul, b_add), shp)
+    return Plan(hot, (a_mul, b_add), synth_users.arrival_model(cfg, shp, p_cold), shp)
 
 
 def _burst_of(shp: regimes.RegimeShape, ts: np.ndarray) -> np.ndarray:
@@ -313,24 +273,6 @@ def _shift(cfg: SynthConfig, shp: regimes.RegimeShape, ts: np.ndarray) -> np.nda
     return np.floor(frac * cfg.drift_ranks).astype(np.int64)
 
 
-def _cap_history(user: np.ndarray, k: np.ndarray, cap: int) -> np.ndarray:
-    """Drop items past each user's cumulative ``cap`` (in request order)."""
-    if len(k) == 0:
-        return k
-    order = np.argsort(user, kind="stable")
-    ks = k[order].astype(np.int64)
-    cs = np.cumsum(ks)
-    us = user[order]
-    starts = np.flatnonzero(np.r_[True, us[1:] != us[:-1]])
-    before = np.r_[0, cs[starts[1:] - 1]]  # tokens of earlier users in sorted order
-    base = np.repeat(before, np.diff(np.r_[starts, len(ks)]))
-    within = cs - base  # user's history after each request
-    capped = np.minimum(within, cap) - np.minimum(within - ks, cap)
-    out = np.empty_like(k)
-    out[order] = capped  # fits k's dtype: capped <= k
-    return out
-
-
 def _coprime(n: int, rng: np.random.Generator) -> int:
     if n <= 2:
         return 1
@@ -340,44 +282,90 @@ def _coprime(n: int, rng: np.random.Generator) -> int:
             return a
 
 
-def _chunk_items(cfg: SynthConfig, pl: Plan, r0: int, r1: int, chunk: int) -> np.ndarray:
-    """Item ids of requests [r0, r1), drawn with the chunk's own generator."""
-    k = pl.n_new[r0:r1]
+def _segment_items(
+    cfg: SynthConfig, pl: Plan, ts: np.ndarray, k: np.ndarray, seg: int
+) -> np.ndarray:
+    """Item ids of one segment's requests (sorted times ``ts``, counts ``k``)."""
     total = int(k.sum())
-    rng = _subseed(cfg.seed, 3, chunk)
-    req = np.repeat(np.arange(r1 - r0, dtype=np.int32), k)
-    ts = pl.ts_s[r0:r1]
-    pos = zipf_ranks(rng.random(total), cfg.items, cfg.zipf_alpha)
-    pos += _shift(cfg, pl.shape, ts)[req]
-    pos %= cfg.items
+    rng = _subseed(cfg.seed, 3, seg)
+    pos = _zipf_into(rng.random(total), cfg.items, cfg.zipf_alpha)
+    shift = _shift(cfg, pl.shape, ts)
+    if shift.any():
+        pos += np.repeat(shift, k)
+        pos %= cfg.items
     a, b = pl.bijection
     pos *= a
     pos += b
     pos %= cfg.items
     items = pos
     if len(pl.hot_items):
-        bid = _burst_of(pl.shape, ts)[req]
-        hot = (bid >= 0) & (rng.random(total) < cfg.burst_hot_share)
+        bid = np.repeat(_burst_of(pl.shape, ts), k)
+        hot = rng.random(total) < cfg.burst_hot_share
+        hot &= bid >= 0
         pick = rng.integers(0, pl.hot_items.shape[1], size=int(hot.sum()))
         items[hot] = pl.hot_items[bid[hot], pick]
     return items
 
 
+class _RowBuffer:
+    """Segment tables waiting to be cut into row groups (at most one row group plus a segment)."""
+
+    def __init__(self) -> None:
+        self.parts: list[pa.Table] = []
+        self.rows = 0
+
+    def add(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self.parts.append(table)
+            self.rows += table.num_rows
+
+    def take(self, rows: int) -> pa.Table:
+        """The next ``rows`` rows, as zero-copy slices of the buffered segments."""
+        out: list[pa.Table] = []
+        need = rows
+        while need:
+            head = self.parts[0]
+            if head.num_rows <= need:
+                out.append(self.parts.pop(0))
+                need -= head.num_rows
+            else:
+                out.append(head.slice(0, need))
+                self.parts[0] = head.slice(need)
+                need = 0
+        self.rows -= rows
+        return pa.concat_tables(out)
+
+
 def iter_chunks(
     cfg: SynthConfig, *, pl: Plan | None = None, progress: Progress | None = None
 ) -> Iterator[pa.Table]:
-    """Yield the trace as canonical tables of at most ``ROW_GROUP_ROWS`` requests."""
+    """Yield the trace as canonical tables of ``ROW_GROUP_ROWS`` requests (the last may be short).
+
+    Requests are generated per time segment (:mod:`helm_plan.synth_users`), so memory
+    holds one row group, one segment and O(users) carried state, whatever the trace
+    length; the rows do not depend on ``ROW_GROUP_ROWS``.
+    """
     pl = pl or plan(cfg)
-    n = pl.n_requests
-    ncand = np.full(ROW_GROUP_ROWS, cfg.candidates, np.int32)
-    for c, r0 in enumerate(range(0, n, ROW_GROUP_ROWS)):
-        r1 = min(n, r0 + ROW_GROUP_ROWS)
-        items = _chunk_items(cfg, pl, r0, r1, c)
-        off = np.zeros(r1 - r0 + 1, np.int64)
-        np.cumsum(pl.n_new[r0:r1], out=off[1:])
-        yield trace.make_table(pl.ts_s[r0:r1], pl.user_id[r0:r1], off, items, ncand[: r1 - r0])
-        if progress:
-            progress(r1, n)
+    st = synth_users.UserState()
+    buf = _RowBuffer()
+    done = 0
+    expected = round(pl.expected_requests)
+    for seg in range(pl.arrivals.segments):
+        ts, user, k = synth_users.segment(cfg, pl.arrivals, st, seg)
+        off = np.zeros(len(k) + 1, np.int64)
+        np.cumsum(k, out=off[1:])
+        items = _segment_items(cfg, pl, ts, k, seg)
+        ncand = np.full(len(k), cfg.candidates, np.int32)
+        buf.add(trace.make_table(ts, user, off, items, ncand))
+        del ts, user, k, off, items, ncand
+        while buf.rows >= ROW_GROUP_ROWS or (buf.rows and seg == pl.arrivals.segments - 1):
+            chunk = buf.take(min(buf.rows, ROW_GROUP_ROWS))
+            done += chunk.num_rows
+            yield chunk
+            if progress:
+                progress(done, max(done, expected))
+    if progress and done:
+        progress(done, done)
 
 
 def synthesize(cfg: SynthConfig, *, progress: Progress | None = None) -> pa.Table:

@@ -1,7 +1,9 @@
 """Writing synthetic traces (streamed, atomic, with provenance) and ``synth --like``.
 
 :func:`write` streams :func:`helm_plan.synth.iter_chunks` to parquet one row
-group at a time, so memory stays at the per-request arrays plus one row group.
+group at a time; the generator itself streams in time order, so memory stays at
+one row group, one generation segment and O(users) carried state, whatever the
+number of requests.
 
 ``synth --like`` fits workload statistics from a real trace and scales them up.
 
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from helm_plan import io, trace
 from helm_plan.config import require_positive
@@ -86,31 +89,32 @@ def write(
     like: dict[str, Any] | None = None,
     progress: Progress | None = None,
 ) -> SynthResult:
-    """Stream the trace to ``path`` one row group at a time (atomic; memory ~ one row group).
+    """Stream the trace to ``path`` one row group at a time (atomic; memory ~ one row group + users).
 
     ``like`` (fitted statistics of a ``--like`` source) is stored in the provenance.
     """
     pl = plan(cfg)
-    if pl.n_requests == 0:
-        raise ConfigError(
-            f"qps={cfg.qps} over duration_s={cfg.duration_s} drew no requests",
-            hint="raise --qps or --duration-s",
-        )
     meta = {
         "helm_plan.schema_version": trace.SCHEMA_VERSION,
         "helm_plan.provenance": json.dumps(provenance(cfg, like), sort_keys=True, default=str),
     }
     schema = pa.schema([pa.field(k, t) for k, t in trace.REQUIRED.items()])
+    rows = users = tokens = 0
     with io.parquet_writer(path, schema, metadata=meta) as w:
-        row = 0
         for chunk in iter_chunks(cfg, pl=pl, progress=progress):
             w.write_table(
-                trace.validate(chunk, source=str(path), row_offset=row).cast(schema),
+                trace.validate(chunk, source=str(path), row_offset=rows).cast(schema),
                 row_group_size=ROW_GROUP_ROWS,
             )
-            row += chunk.num_rows
-    users = int(pl.user_id.max()) + 1
-    return SynthResult(Path(path), pl.n_requests, users, int(pl.n_new.sum()), pl.shape.bursts)
+            rows += chunk.num_rows
+            users = max(users, pc.max(chunk.column("user_id")).as_py() + 1)
+            tokens += pc.sum(pc.list_value_length(chunk.column("new_items"))).as_py()
+        if rows == 0:  # raised inside the writer: no file is left behind
+            raise ConfigError(
+                f"qps={cfg.qps} over duration_s={cfg.duration_s} drew no requests",
+                hint="raise --qps or --duration-s",
+            )
+    return SynthResult(Path(path), rows, users, tokens, pl.shape.bursts)
 
 
 @dataclass(frozen=True)

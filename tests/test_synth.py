@@ -19,7 +19,7 @@ import pytest
 from helm_plan_cli.main import app
 from typer.testing import CliRunner
 
-from helm_plan import synth, synth_like, trace
+from helm_plan import synth, synth_like, synth_users, trace
 from helm_plan.errors import ConfigError, TraceError
 from helm_plan.inspect import inspect_trace
 
@@ -239,6 +239,49 @@ def test_streaming_row_groups_match_one_table(tmp_path: Path, monkeypatch) -> No
     np.add.at(hist, user, np.diff(off))
     assert hist.max() <= 80  # the cap holds across row groups
     assert res.users == len(np.unique(user)) and res.history_tokens == off[-1]
+
+
+def test_rows_do_not_depend_on_row_group_size(monkeypatch) -> None:
+    cfg = synth.SynthConfig(regime="mixed", qps=300.0, duration_s=120.0, items=5000, seed=6)
+    whole = synth.synthesize(cfg)
+    monkeypatch.setattr(synth, "ROW_GROUP_ROWS", 777)
+    chunks = list(synth.iter_chunks(cfg))
+    assert [c.num_rows for c in chunks[:-1]] == [777] * (len(chunks) - 1)
+    assert pa.concat_tables(chunks).equals(whole)
+
+
+def _stream_footprint(cfg: synth.SynthConfig) -> tuple[int, int, int]:
+    """Requests, most rows generated but not yet yielded, most carried-state bytes."""
+    seen: list[tuple[int, int]] = []  # (rows generated so far, state bytes) per segment
+    real = synth_users.segment
+
+    def spy(*args):
+        out = real(*args)
+        seen.append(((seen[-1][0] if seen else 0) + len(out[0]), args[2].nbytes))
+        return out
+
+    pending, rows = 0, 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(synth_users, "segment", spy)
+        for chunk in synth.iter_chunks(cfg):
+            rows += chunk.num_rows
+            pending = max(pending, seen[-1][0] - rows)
+    return rows, pending, max(b for _, b in seen)
+
+
+def test_streaming_memory_does_not_grow_with_requests(monkeypatch) -> None:
+    """Structural: the generator holds at most one row group plus one segment, and its
+    carried state (users' histories, pending session continuations) does not grow with
+    the number of requests."""
+    monkeypatch.setattr(synth_users, "SEGMENT_REQUESTS", 2000)
+    monkeypatch.setattr(synth, "ROW_GROUP_ROWS", 5000)
+    kw = {"qps": 400.0, "users": 300, "items": 5000, "revisit_gap_s": 2.0, "seed": 2}
+    short = _stream_footprint(synth.SynthConfig(duration_s=100.0, **kw))
+    long = _stream_footprint(synth.SynthConfig(duration_s=800.0, **kw))
+    assert long[0] > 7 * short[0]  # 8x the requests ...
+    # ... never more than a row group plus a segment buffered ...
+    assert max(short[1], long[1]) < 5000 + 3 * 2000
+    assert long[2] < 1.5 * short[2] and long[2] < long[0]  # ... and no O(requests) state
 
 
 def test_provenance(tmp_path: Path) -> None:
