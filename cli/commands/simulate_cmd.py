@@ -54,6 +54,7 @@ from helm_plan_cli.options import (
     WindowSOpt,
 )
 from helm_plan_cli.progress import err_console, out_console, task
+from rich import box
 from rich.table import Table
 
 from helm_plan.sim import DEFAULT_SLO_MS, DEFAULT_WINDOW_S, NodeConfig, load_context, parse_policy
@@ -181,13 +182,28 @@ def simulate(
     for k, v in overall.items():
         head.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
     out_console.print(head)
-    t = Table(title="per window")
-    cols = ["window", "start_s", "ratio", "requests", "p50_ms", "p99_ms", "slo_attainment"]
-    cols += ["emb_hit_rate", "kv_reuse_rate", "h2d_bytes", "prefetch_bytes", "blocked_ms"]
-    for c in cols:
-        t.add_column(c, justify="right")
+    # Short headers and fixed formats so the table fits an 80-column terminal.
+    t = Table(
+        title="per window (--json for every field)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    cols = [
+        ("win", "window", "{}"), ("start s", "start_s", "{:.0f}"), ("r", "ratio", "{:.2f}"),
+        ("req", "requests", "{}"), ("p50 ms", "p50_ms", "{:.3g}"), ("p99 ms", "p99_ms", "{:.3g}"),
+        ("SLO", "slo_attainment", "{:.1%}"), ("EMB hit", "emb_hit_rate", "{:.1%}"),
+        ("KV reuse", "kv_reuse_rate", "{:.1%}"), ("H2D MB", "h2d_bytes", "{:.0f}"),
+        ("blk ms", "blocked_ms", "{:.3g}"),
+    ]  # fmt: skip
+    for head_txt, _, _ in cols:
+        t.add_column(head_txt, justify="right")
     for row in res.windows.iter_rows(named=True):
-        t.add_row(*(f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in cols))
+        cells = []
+        for _, key, fmt in cols:
+            v = row[key] / 1e6 if key == "h2d_bytes" else row[key]
+            cells.append("-" if v is None or v != v else fmt.format(v))
+        t.add_row(*cells)
     out_console.print(t)
 
 
