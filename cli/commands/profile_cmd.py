@@ -8,6 +8,7 @@ the pool (the caches then do not compete).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -39,6 +40,16 @@ RatioOpt = Annotated[
 ]
 
 
+StreamOutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--stream-out",
+        help="Also write the EMB access stream behind the emb curve (parquet: request, ts_s, "
+        "item_id), to check the curve with another cache simulator.",
+    ),
+]
+
+
 def _gib(b: float) -> str:
     return f"{b / (1 << 30):,.3f} GiB" if b >= 1 << 26 else f"{b / (1 << 20):,.2f} MiB"
 
@@ -54,6 +65,7 @@ def profile_command(
     pool_bytes: PoolBytesOpt = None,
     pool_fraction: PoolFractionOpt = None,
     ratio: RatioOpt = 0.5,
+    stream_out: StreamOutOpt = None,
     seed: SeedOpt = 0,
     quiet: QuietOpt = False,
 ) -> None:
@@ -78,7 +90,12 @@ def profile_command(
         )
     with task("curves", quiet=quiet) as update:
         cv = C.compute_curves(arrays, g, m, pool, cfg, progress=update)
-    C.write(cv, out, {"trace": str(trace), "trace_sha256": T.sha256(trace)})
+    prov = {"trace": str(trace), "trace_sha256": T.sha256(trace)}
+    C.write(cv, out, prov)
+    if stream_out is not None:
+        C.write_stream(
+            C.emb_stream(arrays, m, pool, ratio), stream_out, {**prov, "ratio": str(ratio)}
+        )
 
     tab = Table(
         title=f"{trace.name}: {g.name} x {m.name}, pool {_gib(pool.pool_bytes)} ({pool.source})"

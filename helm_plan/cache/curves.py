@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from helm_plan import io
@@ -283,6 +284,29 @@ def write(curves: Curves, path: str | Path, provenance: dict[str, str] | None = 
     if provenance:
         meta["helm_plan.provenance"] = json.dumps(provenance)
     return io.write_parquet(path, curves.table.to_arrow(), metadata=meta)
+
+
+def emb_stream(arrays: TraceArrays, model: ModelProfile, pool: Pool, ratio: float) -> pa.Table:
+    """The EMB access stream behind the ``emb`` curve, for checking it with another simulator.
+
+    KV is fixed at ``(1 - ratio) * pool`` (as for the curve), so each request
+    looks up its computed history tokens, then its candidates. Columns:
+    ``request`` (row of the trace), ``ts_s`` and ``item_id`` (the trace's ids).
+    Replaying ``item_id`` through any unit-size LRU of ``c`` rows gives the
+    curve's hit rate at ``c * row_bytes`` bytes.
+    """
+    kv_tokens = core.capacities(ratio, int(pool.pool_bytes), model)[1]
+    kvr = core.kv_pass(arrays, kv_tokens, max_seq_len=model.max_seq_len)
+    ids, offs = core.lookup_stream(arrays, kvr.n_computed)
+    req = np.repeat(np.arange(arrays.n_requests, dtype=np.int64), np.diff(offs))
+    return pa.table({"request": req, "ts_s": arrays.ts_s[req], "item_id": arrays.item_ids[ids]})
+
+
+def write_stream(table: pa.Table, path: str | Path, provenance: dict[str, str]) -> Path:
+    """Atomically write an :func:`emb_stream` table as parquet."""
+    return io.write_parquet(
+        path, table, metadata={"helm_plan.provenance": json.dumps(provenance, sort_keys=True)}
+    )
 
 
 def read_table(path: str | Path) -> pl.DataFrame:
