@@ -18,6 +18,10 @@ Search per window:
    so ``n_evals`` may be below ``trials`` + grid);
 3. or, with ``grid_step``, an exhaustive grid replaces Optuna (validation).
 
+With ``warmup="carry"`` (:mod:`helm_plan.oracle_carry`) each window instead
+starts from the caches and queue backlog the labelled schedule leaves behind;
+windows are then labelled in order.
+
 Window ``w``'s study is seeded with ``SeedSequence([seed, w])``, and each
 window is an independent task, so labels are identical for any ``workers``.
 Windows run in ``spawn`` worker processes (the compiled kernels load from
@@ -41,6 +45,7 @@ import polars as pl
 
 from helm_plan.config import require_positive, require_range
 from helm_plan.errors import ConfigError
+from helm_plan.oracle_carry import carry_rows
 from helm_plan.oracle_labels import (
     Labels,
     grid_suffix,
@@ -57,6 +62,7 @@ from helm_plan.sim.span import evaluate_span
 
 Progress = Callable[[int, int], None]
 SAMPLERS = ("tpe", "gp")
+WARMUPS = ("window", "carry")
 
 __all__ = [
     "BestStatic",
@@ -89,6 +95,9 @@ class OracleConfig:
     """Worker processes (0 = all cores)."""
     warmup_windows: int = 1
     """Windows before w on which the caches are warmed at r (0 = cold at the window start)."""
+    warmup: str = "window"
+    """'window': cold at r on the warm-up windows, windows in parallel (DESIGN.md); 'carry':
+    each window starts from the caches and queue the labelled schedule leaves (sequential)."""
     flat_tol: float = 0.02
     """Relative P99 tolerance of the flatness measure."""
 
@@ -111,6 +120,10 @@ class OracleConfig:
         _require_int("seed", self.seed, 0)
         _require_int("workers", self.workers, 0)
         _require_int("warmup_windows", self.warmup_windows, 0)
+        if self.warmup not in WARMUPS:
+            raise ConfigError(
+                f"unknown warmup {self.warmup!r}", hint=f"use one of {', '.join(WARMUPS)}"
+            )
         require_range("flat_tol", self.flat_tol, 0.0, 1.0)
 
     @property
@@ -190,18 +203,22 @@ def _label_task(w: int) -> dict[str, Any]:
         full[r] = ev
         return ev.p99_ms, ev.slo_attainment
 
-    row: dict[str, Any] = {"window": w}
-    grid = ratio_grid(ocfg.coarse_step)
     if e == s:
-        nan = float("nan")
-        row.update(r_star=nan, p99_ms=nan, p50_ms=nan, slo_attainment=nan, flatness=nan)
-        row.update(r_flat_lo=nan, r_flat_hi=nan, n_evals=0, emb_hit_rate=nan)
-        row.update(kv_reuse_rate=nan, h2d_util=nan)
-        for r in grid:
-            for m in ("p99_ms", "slo_att", "emb_hit", "kv_reuse"):
-                row[f"{m}_{grid_suffix(r)}"] = nan
-        return row
+        return empty_row(w, ocfg)
     evals = search(objective, ocfg, _seed(ocfg.seed, w))
+    return label_row(w, evals, full, ctx, ncfg, ocfg)
+
+
+def label_row(
+    w: int,
+    evals: dict[float, tuple[float, float]],
+    full: dict[float, Any],
+    ctx: NodeContext,
+    ncfg: NodeConfig,
+    ocfg: OracleConfig,
+) -> dict[str, Any]:
+    """One label row from a window's evaluations (``full``: r -> SpanEval)."""
+    row: dict[str, Any] = {"window": w}
     r_star, flat, lo, hi = _best(evals, ocfg.flat_tol)
     b = full[r_star]
     row.update(
@@ -217,13 +234,25 @@ def _label_task(w: int) -> dict[str, Any]:
         kv_reuse_rate=b.kv_reuse_rate,
         h2d_util=b.h2d_bytes / (ctx.latency.h2d_bw_Bps * ncfg.window_s),
     )
-    for r in grid:
+    for r in ratio_grid(ocfg.coarse_step):
         g = full[round(float(r), 9)]
         sfx = grid_suffix(r)
         row[f"p99_ms_{sfx}"] = g.p99_ms
         row[f"slo_att_{sfx}"] = g.slo_attainment
         row[f"emb_hit_{sfx}"] = g.emb_hit_rate
         row[f"kv_reuse_{sfx}"] = g.kv_reuse_rate
+    return row
+
+
+def empty_row(w: int, ocfg: OracleConfig) -> dict[str, Any]:
+    """The label row of a window without requests (all NaN)."""
+    nan = float("nan")
+    row: dict[str, Any] = {"window": w, "r_star": nan, "p99_ms": nan, "p50_ms": nan}
+    row.update(slo_attainment=nan, flatness=nan, r_flat_lo=nan, r_flat_hi=nan, n_evals=0)
+    row.update(emb_hit_rate=nan, kv_reuse_rate=nan, h2d_util=nan)
+    for r in ratio_grid(ocfg.coarse_step):
+        for m in ("p99_ms", "slo_att", "emb_hit", "kv_reuse"):
+            row[f"{m}_{grid_suffix(r)}"] = nan
     return row
 
 
@@ -236,10 +265,14 @@ def label_windows(
     """Label every window with its offline-optimal ratio (see the module docstring)."""
     edges = ctx.edges(node_cfg.window_s)
     n_w = len(edges) - 1
-    rows = _run(_label_task, list(range(n_w)), ctx, node_cfg, oracle_cfg, progress)
+    if oracle_cfg.warmup == "carry":
+        rows = carry_rows(ctx, node_cfg, oracle_cfg, label_row, empty_row, progress)
+        ws = np.zeros(n_w, np.float64)  # the whole past warms every window
+    else:
+        rows = _run(_label_task, list(range(n_w)), ctx, node_cfg, oracle_cfg, progress)
+        ws = np.array([max(w - oracle_cfg.warmup_windows, 0) for w in range(n_w)], np.float64)
     lab = pl.DataFrame(rows).sort("window")
     feats = window_features(ctx.arrays.ts_s, edges, node_cfg.window_s, ctx.first_visit, ctx.ctx_len)
-    ws = np.array([max(w - oracle_cfg.warmup_windows, 0) for w in range(n_w)], np.float64)
     head = pl.DataFrame(
         {
             "window": np.arange(n_w, dtype=np.int64),

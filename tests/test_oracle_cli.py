@@ -119,3 +119,20 @@ def test_oracle_missing_trace(tmp_path):
     assert res.exit_code != 0
     assert _error_lines(res)[0].startswith("error: trace file")
     assert not (tmp_path / "x").exists()
+
+
+def test_oracle_cli_carry_mode_and_bad_mode(small_trace, tmp_path):
+    from helm_plan_cli.main import app
+    from typer.testing import CliRunner
+
+    from helm_plan.oracle import read_labels
+
+    out = tmp_path / "carry.parquet"
+    args = ["oracle", str(small_trace), "-o", str(out), "--trials", "2", "--window-s", "2"]
+    res = CliRunner().invoke(app, [*args, "--warmup", "carry", "-q"])
+    assert res.exit_code == 0, res.output
+    assert read_labels(out).meta["oracle"]["warmup"] == "carry"
+    bad = tmp_path / "bad.parquet"
+    res = CliRunner().invoke(app, [*args[:2], "-o", str(bad), "--warmup", "forever"])
+    assert res.exit_code == 2 and "unknown warmup 'forever'" in res.output
+    assert not bad.exists()

@@ -39,6 +39,14 @@ SlotsOpt = Annotated[int, typer.Option("--slots", help="Parallel executors of th
 WarmupOpt = Annotated[
     int, typer.Option("--warmup-windows", help="Windows before w that warm the caches at r.")
 ]
+WarmupModeOpt = Annotated[
+    str,
+    typer.Option(
+        "--warmup",
+        help="window: cold at r on the warm-up windows (parallel); carry: start each window "
+        "from the caches and queue backlog the labelled schedule leaves (sequential).",
+    ),
+]
 SloOpt = Annotated[
     float, typer.Option("--slo-ms", help="P99 latency SLO in milliseconds (online ranking budget).")
 ]
@@ -58,6 +66,7 @@ def oracle(
     workers: WorkersOpt = 0,
     slots: SlotsOpt = 1,
     warmup_windows: WarmupOpt = 1,
+    warmup: WarmupModeOpt = "window",
     pool_bytes: PoolBytesOpt = None,
     pool_fraction: PoolFractionOpt = None,
     seed: SeedOpt = 0,
@@ -72,6 +81,7 @@ def oracle(
         seed=seed,
         workers=workers,
         warmup_windows=warmup_windows,
+        warmup=warmup,
     )
     ctx = load_context(
         trace,

@@ -42,6 +42,8 @@ class QueueResult:
     """finish - arrival per request (wait + service), seconds."""
     blocked_s: float
     """Total time all slots were held by blocking jobs, seconds."""
+    free_at_s: np.ndarray
+    """When each slot frees after the last request: the backlog a next span starts from."""
 
 
 _NO_T = np.zeros(0, np.float64)
@@ -54,8 +56,12 @@ def fifo(
     *,
     block_at_s: np.ndarray | None = None,
     block_dur_s: np.ndarray | None = None,
+    free_at_s: np.ndarray | None = None,
 ) -> QueueResult:
-    """Serve ``arrival_s`` (sorted) with ``service_s`` on ``slots`` FIFO executors."""
+    """Serve ``arrival_s`` (sorted) with ``service_s`` on ``slots`` FIFO executors.
+
+    ``free_at_s`` carries a backlog in: when each slot frees (default: all idle).
+    """
     if isinstance(slots, bool) or int(slots) != slots or slots <= 0:
         raise ConfigError(f"slots must be a positive integer, got {slots}")
     arr = np.ascontiguousarray(arrival_s, np.float64)
@@ -76,15 +82,21 @@ def fifo(
         raise ConfigError("block_at_s must be sorted")
     if len(bd) and bd.min() < 0:
         raise ConfigError(f"block durations must be >= 0, got {bd.min()}")
+    if free_at_s is None:
+        free = np.zeros(int(slots), np.float64)
+    else:
+        free = np.array(free_at_s, np.float64)
+        if free.shape != (int(slots),):
+            raise ConfigError(f"free_at_s must hold one time per slot ({slots}), got {free.shape}")
     start = np.empty_like(arr)
     finish = np.empty_like(arr)
-    blocked = _fifo(arr, svc, int(slots), bt, bd, start, finish)
-    return QueueResult(start, finish, finish - arr, float(blocked))
+    blocked = _fifo(arr, svc, bt, bd, start, finish, free)
+    return QueueResult(start, finish, finish - arr, float(blocked), free)
 
 
 @nb.njit(cache=True)
-def _fifo(arr, svc, slots, bt, bd, start, finish):
-    free = np.zeros(slots, np.float64)
+def _fifo(arr, svc, bt, bd, start, finish, free):
+    slots = free.shape[0]
     nblk = bt.shape[0]
     b = 0
     blocked = 0.0

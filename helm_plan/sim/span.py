@@ -68,7 +68,13 @@ def evaluate_span(
     Requests ``[warm_start, start)`` warm the caches and the queue but are not measured.
     """
     r, soj = replay_span(ctx, ratio, warm_start, start, stop, cfg.slots)
-    k = start - warm_start
+    return span_eval(ctx, ratio, r, soj, start - warm_start, cfg.slo_ms)
+
+
+def span_eval(
+    ctx: NodeContext, ratio: float, r: core.ReplayResult, soj: np.ndarray, k: int, slo_ms: float
+) -> SpanEval:
+    """Figures of the measured requests: replay outcomes from index ``k`` on, sojourns ``soj``."""
     look = int(r.n_lookup[k:].sum())
     cl = int(r.ctx_len[k:].sum())
     miss = int(r.n_miss[k:].sum())
@@ -79,7 +85,7 @@ def evaluate_span(
         ratio=float(ratio),
         p50_ms=float(np.percentile(soj, 50) * 1e3),
         p99_ms=float(np.percentile(soj, 99) * 1e3),
-        slo_attainment=float(np.mean(soj <= cfg.slo_ms / 1e3)),
+        slo_attainment=float(np.mean(soj <= slo_ms / 1e3)),
         emb_hit_rate=1.0 - miss / look if look else float("nan"),
         kv_reuse_rate=int(r.n_reused[k:].sum()) / cl if cl else float("nan"),
         h2d_bytes=miss * ctx.model.row_bytes,

@@ -1,0 +1,54 @@
+"""The carry oracle against the node simulator run on the labelled schedule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import small_table
+
+from helm_plan import arrays as A
+from helm_plan.errors import ConfigError
+from helm_plan.latency.model import build_latency_model, resolve_latency
+from helm_plan.oracle import OracleConfig, label_windows
+from helm_plan.oracle_labels import grid_suffix
+from helm_plan.profiles import load_gpu, load_model
+from helm_plan.sim import NodeConfig, prepare_context, simulate_node
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    t = small_table(2400, n_users=150, n_items=4000, max_new=10, n_candidates=24, rate_qps=40.0)
+    g, m = load_gpu("a100-80g"), load_model("gr-small")
+    lat = build_latency_model(g, m, resolve_latency(g, m, None))
+    return prepare_context(A.from_table(t), g, m, lat, pool_fraction=0.15)
+
+
+def test_carry_labels_equal_simulate_node_on_the_schedule(ctx):
+    ncfg = NodeConfig(slo_ms=1.0, window_s=10.0, refill="lazy", warmup_windows=0)
+    ocfg = OracleConfig(grid_step=0.25, coarse_step=0.25, warmup="carry")
+    lab = label_windows(ctx, ncfg, ocfg)
+    r_star = lab.r_star
+    n_w = len(r_star)
+    assert n_w >= 5 and np.all(np.isfinite(r_star))
+    np.testing.assert_array_equal(lab.table["warmup_start_s"].to_numpy(), np.zeros(n_w))
+    for w in (0, 2, n_w - 1):
+        for r in (0.0, 0.5, 1.0):
+            sched = np.concatenate([r_star[:w], [r], np.full(n_w - w - 1, r)])
+            res = simulate_node(ctx, sched, ncfg)
+            want = res.windows["p99_ms"][w]
+            got = lab.table[f"p99_ms_{grid_suffix(r)}"][w]
+            assert got == pytest.approx(want, rel=1e-12), (w, r)
+    # r* is the grid argmin of the carried P99 in every window
+    grid = [0.0, 0.25, 0.5, 0.75, 1.0]
+    p99 = np.stack([lab.table[f"p99_ms_{grid_suffix(r)}"].to_numpy() for r in grid], axis=1)
+    np.testing.assert_allclose(lab.table["p99_ms"].to_numpy(), p99.min(axis=1))
+
+
+def test_carry_is_deterministic_and_validated(ctx):
+    ncfg = NodeConfig(slo_ms=1.0, window_s=10.0)
+    ocfg = OracleConfig(trials=4, warmup="carry", seed=3)
+    a = label_windows(ctx, ncfg, ocfg).table
+    b = label_windows(ctx, ncfg, ocfg).table
+    assert a.equals(b)
+    with pytest.raises(ConfigError, match="unknown warmup 'forever'"):
+        OracleConfig(warmup="forever")
