@@ -359,6 +359,7 @@ def _run_data(
         pool_source=ctx.pool_source, footprint_bytes=ctx.footprint_bytes,
         notes=list(ctx.notes), command=command or f"helm-plan analyze {tpath}",
         python=sys.version.split()[0], trace_provenance=trace.provenance(tpath),
-        n_requests=int(ctx.arrays.n_requests),
+        n_requests=int(ctx.arrays.n_requests), oracle_warmup=cfg.oracle.warmup,
+        oracle_warmup_windows=cfg.oracle.warmup_windows,
     )  # fmt: skip
     return RunData(tables=tables, meta=meta)

@@ -225,9 +225,15 @@ def _oracle(run: RunData, figs: _Figs) -> str:
         ("p99_ms", "P99 at r* (ms)", f_fixed(3)), ("slo_attainment", "SLO attainment", f_pct()),
         ("flat_lo", "band low r", f_fixed(2)), ("flat_hi", "band high r", f_fixed(2)),
     ]  # fmt: skip
+    if run.meta.get("oracle_warmup") == "carry":
+        how = ("each window starting from the caches and queue backlog that the labelled "
+               "schedule leaves, resized to r at the boundary")  # fmt: skip
+    else:
+        k = run.meta.get("oracle_warmup_windows", 1)
+        how = f"caches warmed at r on the previous {k} window(s), queue idle at their start"
     return (
-        '<p class="lead">The offline-optimal EMB share r* per window (seeded Optuna study, caches '
-        f"warmed at r on the previous window). The band holds every r whose P99 is within "
+        '<p class="lead">The offline-optimal EMB share r* per window (seeded Optuna study, '
+        f"{how}). The band holds every r whose P99 is within "
         f"{FLAT_TOLERANCE:.0%} of the best: a wide band means the split hardly matters there.</p>"
         + figs.section("oracle", run)
         + table(_rows(run.table("labels")), cols)
