@@ -40,7 +40,8 @@ def test_summary_matches_separate_simulations(run):
     # independent: load the trace like `helm-plan simulate`, run each policy on its own
     ctx = load_context(tp, gpu="a100-80g", model="gr-small", pool_fraction=0.3, seed=3)
     ncfg = NodeConfig(slo_ms=0.5, window_s=5.0)
-    ocfg = OracleConfig(trials=2, coarse_step=0.25, seed=3, workers=1)
+    # analyze labels from the carried state by default (helm_plan.analyze.ORACLE_DEFAULTS)
+    ocfg = OracleConfig(trials=2, coarse_step=0.25, seed=3, workers=1, warmup="carry")
     labels = label_windows(ctx, ncfg, ocfg)
     on_disk = read_labels(res.labels_path)
     np.testing.assert_array_equal(on_disk.r_star, labels.r_star)
@@ -66,6 +67,8 @@ def test_summary_matches_separate_simulations(run):
     assert s["best_static"]["p99_ms"] == pytest.approx(bs.p99_ms, rel=1e-12)
     finite = labels.r_star[np.isfinite(labels.r_star)]
     assert s["oracle"]["ratio_min"] == finite.min() and s["oracle"]["ratio_max"] == finite.max()
+    lazy = simulate_node(ctx, sched, dataclasses.replace(ncfg, refill="lazy"))
+    assert s["oracle"]["p99_ms"] == pytest.approx(lazy.p99_ms, rel=1e-12)
     voa = s["value_of_adaptivity"]
     assert voa["p99_reduction"] == pytest.approx(
         1 - got["adaptive"]["p99_ms"] / got["best-static"]["p99_ms"], rel=1e-12
