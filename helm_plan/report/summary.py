@@ -22,6 +22,9 @@ SUMMARY_SCHEMA_VERSION = "1.0"
 FLAT_TOLERANCE = 0.02
 """Relative P99 tolerance that defines the near-optimal (flat) band and 'hardly matters'."""
 
+OVERLOAD_ATTAINMENT = 0.99
+"""Below this SLO attainment under every policy, the node is overloaded (a P99 SLO needs 99%)."""
+
 BASELINE = "best-static"
 ADAPTIVE = "adaptive"
 
@@ -136,6 +139,14 @@ def verdict(run: RunData) -> list[str]:
     bs, orc, voa = h["best_static"], h["oracle"], h["value_of_adaptivity"]
     pols = {p["name"]: p for p in h["policies"]}
     ref = bs["p99_ms"]
+    atts = [p["slo_attainment"] for p in h["policies"] if p.get("slo_attainment") is not None]
+    slo = run.meta.get("slo_ms")
+    if atts and max(atts) < OVERLOAD_ATTAINMENT:
+        out.append(
+            f"No policy meets the SLO at this load: the best serves {_pct(max(atts))} of requests "
+            f"within {slo} ms (a P99 SLO needs {OVERLOAD_ATTAINMENT:.0%}). The node is overloaded; "
+            "the answer is more capacity, not a different split."
+        )
     ext = []
     for name, cache in (("emb-max", "EMB"), ("kv-max", "KV")):
         p99 = pols.get(name, {}).get("p99_ms")

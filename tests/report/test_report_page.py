@@ -74,3 +74,19 @@ def test_verdict_says_plainly_when_the_split_hardly_matters():
     steep = " ".join(verdict(make_run()))
     assert "split matters" in steep and "hardly" not in steep
     assert "cuts P99 by 12.5%" in steep
+
+
+def test_verdict_flags_an_overloaded_node():
+    import dataclasses
+
+    import polars as pl
+
+    from helm_plan.report.summary import verdict
+
+    run = make_run()
+    pol = run.tables["policies"].with_columns(pl.lit(0.7).alias("slo_attainment"))
+    over = dataclasses.replace(run, tables={**run.tables, "policies": pol})
+    assert any("No policy meets the SLO" in v and "70.0%" in v for v in verdict(over))
+    ok = run.tables["policies"].with_columns(pl.lit(0.999).alias("slo_attainment"))
+    fine = dataclasses.replace(run, tables={**run.tables, "policies": ok})
+    assert not any("No policy meets the SLO" in v for v in verdict(fine))
