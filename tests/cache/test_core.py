@@ -14,43 +14,16 @@ from helm_plan.cache import core
 
 
 def brute_force(table, emb_rows: int, kv_tokens: int, max_seq_len: int):
-    """Per-request (computed, reused, lookups, misses), written from the spec with dicts."""
-    ts = table.column("ts_s").to_pylist()
+    """Per-request (computed, reused, lookups, misses) from the brute-force node below."""
+    node = _BruteNode(emb_rows, kv_tokens, max_seq_len)
     users = table.column("user_id").to_pylist()
     new = table.column("new_items").to_pylist()
     cands = table.column("candidates").to_pylist()
-    history: dict[int, list[int]] = {}
-    kv: OrderedDict[int, tuple[int, int]] = OrderedDict()  # user -> (start, len)
-    emb: OrderedDict[int, None] = OrderedDict()
     out = []
-    for i in range(len(ts)):
-        u = users[i]
-        h = history.setdefault(u, [])
-        h.extend(new[i])
-        L = min(len(h), max_seq_len)
-        s0 = len(h) - L
-        c = 0
-        if u in kv:
-            if kv[u][0] == s0:
-                c = kv[u][1]
-            del kv[u]
-        n = L - c
-        if 0 < L <= kv_tokens:
-            while sum(v[1] for v in kv.values()) + L > kv_tokens:
-                kv.popitem(last=False)
-            kv[u] = (s0, L)
-        lookups = h[len(h) - n :] + cands[i]
-        miss = 0
-        for it in lookups:
-            if it in emb:
-                emb.move_to_end(it)
-            else:
-                miss += 1
-                if emb_rows > 0:
-                    if len(emb) >= emb_rows:
-                        emb.popitem(last=False)
-                    emb[it] = None
-        out.append((n, c, len(lookups), miss))
+    for u, items, cs in zip(users, new, cands, strict=True):
+        n, miss = node.request(u, items, cs)
+        L = min(len(node.hist[u]), max_seq_len)
+        out.append((n, L - n, n + len(cs), miss))
     return np.array(out, dtype=np.int64).reshape(-1, 4)
 
 
