@@ -39,7 +39,7 @@ from helm_plan.synth import SynthConfig, synthesize
 QPS = {"gr-small": 400.0, "gr-large": 200.0}
 
 
-def run_one(model_name: str, regime: str, workers: int) -> dict:
+def run_one(model_name: str, regime: str, workers: int, warmup: str = "window") -> dict:
     gpu = load_gpu("a100-80g")
     model = load_model(model_name)
     lat = build_latency_model(gpu, model, resolve_latency(gpu, model, None))
@@ -55,7 +55,7 @@ def run_one(model_name: str, regime: str, workers: int) -> dict:
     )
     ctx = prepare_context(A.from_table(table, seed=7), gpu, model, lat, pool_fraction=0.25)
     ncfg = NodeConfig(refill="throttled")
-    ocfg = OracleConfig(trials=30, workers=workers, seed=0)
+    ocfg = OracleConfig(trials=30, workers=workers, seed=0, warmup=warmup)
     t0 = time.perf_counter()
     lab = label_windows(ctx, ncfg, ocfg)
     t_lab = time.perf_counter() - t0
@@ -117,12 +117,18 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="also print every figure as JSON to this path")
     ap.add_argument("--models", default="gr-small,gr-large")
     ap.add_argument("--regimes", default="steady,trend,burst")
+    ap.add_argument(
+        "--warmup",
+        default="window",
+        choices=["window", "carry"],
+        help="oracle warm-up: independent windows (DESIGN.md) or the carried state",
+    )
     args = ap.parse_args()
     rows = []
     for m in args.models.split(","):
         for reg in args.regimes.split(","):
             t0 = time.perf_counter()
-            row = run_one(m, reg, args.workers)
+            row = run_one(m, reg, args.workers, args.warmup)
             rows.append(row)
             print(
                 f"{m:9s} {reg:7s} n={row['requests']:6d} rho={row['utilisation']:.2f} "
