@@ -127,42 +127,39 @@ class Static(Policy):
         return f"static:{self.ratio:g}"
 
 
+@dataclass(frozen=True)
+class _PoolToOneCache(Static):
+    """A fixed extreme ratio named by the policy alone (no argument)."""
+
+    takes_arg: ClassVar[bool] = False
+
+    @classmethod
+    def from_arg(cls, arg: str | None) -> Policy:
+        return cls()
+
+    @property
+    def spec(self) -> str:
+        return self.name
+
+
 @register_policy
 @dataclass(frozen=True)
-class EmbMax(Static):
+class EmbMax(_PoolToOneCache):
     """r = 1: the whole pool holds EMB rows."""
 
     ratio: float = 1.0
     """Always 1."""
     name: ClassVar[str] = "emb-max"
-    takes_arg: ClassVar[bool] = False
-
-    @classmethod
-    def from_arg(cls, arg: str | None) -> Policy:
-        return cls()
-
-    @property
-    def spec(self) -> str:
-        return self.name
 
 
 @register_policy
 @dataclass(frozen=True)
-class KvMax(Static):
+class KvMax(_PoolToOneCache):
     """r = 0: the whole pool holds KV."""
 
     ratio: float = 0.0
     """Always 0."""
     name: ClassVar[str] = "kv-max"
-    takes_arg: ClassVar[bool] = False
-
-    @classmethod
-    def from_arg(cls, arg: str | None) -> Policy:
-        return cls()
-
-    @property
-    def spec(self) -> str:
-        return self.name
 
 
 @register_policy
