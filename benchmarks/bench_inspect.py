@@ -69,9 +69,9 @@ def main() -> None:
     if not os.path.exists(args.trace):
         code = (
             "import sys, json, time\n"
-            "from helm_plan import synth, synth_like\n"
+            "from helm_plan import synth\n"
             "t0 = time.perf_counter()\n"
-            f"r = synth_like.write(synth.SynthConfig(qps=10000.0, duration_s={args.requests}/10000,"
+            f"r = synth.write(synth.SynthConfig(qps=10000.0, duration_s={args.requests}/10000,"
             " items=10_000_000, seed=0), sys.argv[1])\n"
             f"print(json.dumps({{'wall_s': time.perf_counter() - t0, 'peak_rss_mib': {HWM},"
             " 'requests': r.requests, 'tokens': r.history_tokens}))\n"

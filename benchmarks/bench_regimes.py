@@ -29,11 +29,11 @@ import time
 import numpy as np
 
 from helm_plan import arrays as A
+from helm_plan import exec as executors
 from helm_plan.latency.model import build_latency_model, resolve_latency
-from helm_plan.oracle import OracleConfig, best_static, label_windows
+from helm_plan.oracle import OracleConfig, adaptivity_ci, best_static, label_windows
 from helm_plan.profiles import load_gpu, load_model
-from helm_plan.sim import NodeConfig, adaptivity_ci, prepare_context, simulate_node
-from helm_plan.sim.policies import fill_forward
+from helm_plan.sim import NodeConfig, fill_forward, prepare_context, simulate_node
 from helm_plan.synth import SynthConfig, synthesize
 
 QPS = {"gr-small": 400.0, "gr-large": 200.0}
@@ -55,11 +55,12 @@ def run_one(model_name: str, regime: str, workers: int, warmup: str = "window") 
     )
     ctx = prepare_context(A.from_table(table, seed=7), gpu, model, lat, pool_fraction=0.25)
     ncfg = NodeConfig(refill="throttled")
-    ocfg = OracleConfig(trials=30, workers=workers, seed=0, warmup=warmup)
+    ocfg = OracleConfig(trials=30, seed=0, warmup=warmup)
+    ex = executors.local(workers)
     t0 = time.perf_counter()
-    lab = label_windows(ctx, ncfg, ocfg)
+    lab = label_windows(ctx, ncfg, ocfg, executor=ex)
     t_lab = time.perf_counter() - t0
-    bs = best_static(ctx, ncfg, ocfg)
+    bs = best_static(ctx, ncfg, ocfg, executor=ex)
     sched = fill_forward(lab.r_star)
     res = {
         m: simulate_node(ctx, sched, NodeConfig(refill=m)) for m in ("throttled", "eager", "lazy")

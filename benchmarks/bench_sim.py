@@ -27,6 +27,7 @@ from collections import OrderedDict
 import numpy as np
 
 from helm_plan import arrays as A
+from helm_plan import exec as executors
 from helm_plan.latency.model import build_latency_model, resolve_latency
 from helm_plan.oracle import OracleConfig, label_windows
 from helm_plan.profiles import load_gpu, load_model
@@ -140,9 +141,9 @@ def main() -> None:
     print(f"whole trace, ratio changing every 2 windows, throttled refill: "
           f"{a.n_requests / t:,.0f} requests/s ({t:.2f} s)")  # fmt: skip
 
-    ocfg = OracleConfig(trials=args.trials, workers=args.workers, seed=0)
+    ocfg = OracleConfig(trials=args.trials, seed=0)
     t0 = time.perf_counter()
-    lab = label_windows(ctx, cfg, ocfg)
+    lab = label_windows(ctx, cfg, ocfg, executor=executors.local(args.workers))
     t = time.perf_counter() - t0
     ev = int(lab.table["n_evals"].sum())
     print(f"oracle: {a.n_requests} requests, {n_w} windows of {cfg.window_s:g} s, "

@@ -1,6 +1,6 @@
 """Benchmark: `synth` wall time for ~1M requests against two peers in the same run.
 
-- ours: :func:`helm_plan.synth_like.write` (plan + items + validated zstd parquet);
+- ours: :func:`helm_plan.synth.write` (plan + items + validated zstd parquet);
 - peer "naive loop": the same generative model written as a per-request Python
   loop (the straightforward implementation), timed on a 10k-request subset and
   extrapolated linearly;
@@ -30,10 +30,10 @@ import time
 
 CHILD = """
 import json, sys, time
-from helm_plan import synth, synth_like
+from helm_plan import synth
 cfg = synth.SynthConfig(**json.loads(sys.argv[1]))
 t0 = time.perf_counter()
-res = synth_like.write(cfg, sys.argv[2])
+res = synth.write(cfg, sys.argv[2])
 wall = time.perf_counter() - t0
 hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]
 print(json.dumps({"wall_s": wall, "requests": res.requests, "users": res.users,

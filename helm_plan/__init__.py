@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from helm_plan._version import __version__
 from helm_plan.arrays import TraceArrays, from_table, window_edges
 from helm_plan.errors import (
     ConfigError,
@@ -20,8 +21,6 @@ from helm_plan.profiles import (
     load_model,
     resolve_pool,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ConfigError",

@@ -15,6 +15,8 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
 from helm_plan.errors import ConfigError
 
 T = TypeVar("T")
@@ -115,6 +117,13 @@ def require_positive(name: str, value: float) -> None:
     """Raise ConfigError unless ``value`` > 0 (Optuna-style message)."""
     if not value > 0:
         raise ConfigError(f"{name} must be positive, got {value}")
+
+
+def require_int(name: str, value: object, lo: int) -> None:
+    """Raise ConfigError unless ``value`` is an integer (not a bool) >= ``lo``."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < lo:
+        what = "a positive integer" if lo == 1 else f"an integer >= {lo}"
+        raise ConfigError(f"{name} must be {what}, got {value!r}")
 
 
 def require_range(name: str, value: float, lo: float, hi: float) -> None:

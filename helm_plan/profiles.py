@@ -17,6 +17,10 @@ from helm_plan.errors import ProfileError
 
 T = TypeVar("T")
 GiB = 1 << 30
+DEFAULT_GPU = "a100-80g"
+"""GPU profile used when none is named."""
+DEFAULT_MODEL = "gr-small"
+"""Model profile used when none is named."""
 
 
 @dataclass(frozen=True)
@@ -310,4 +314,18 @@ def pair_sizes(gpus: list[str] | None = None, models: list[str] | None = None) -
                     pool_kv_tokens=max(b, 0) // m.kv_bytes_per_token,
                 )
             )
+    return out
+
+
+def profile_to_dict(
+    profile: LatencyProfile, derivation: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A latency profile as a TOML-ready dict (None fields dropped, optional [derivation] table)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(profile):
+        v = getattr(profile, f.name)
+        if v is not None:
+            out[f.name] = v
+    if derivation:
+        out["derivation"] = derivation
     return out

@@ -15,9 +15,11 @@ fi
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # Non-editable on purpose: the tests exercise the installed wheel, profiles included.
+rm -rf build  # setuptools' build/lib keeps modules a refactor removed
 "$VENV/bin/python" -m pip install -q --force-reinstall --no-deps . >/dev/null
 "$VENV/bin/python" -m pip install -q '.[test]'
 
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
+"$VENV/bin/lint-imports"  # layer and no-cycle contracts in pyproject.toml
 "$VENV/bin/pytest" -q "$@"

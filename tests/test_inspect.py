@@ -20,7 +20,7 @@ from conftest import small_table
 from helm_plan_cli.main import app
 from typer.testing import CliRunner
 
-from helm_plan import synth, synth_like, trace
+from helm_plan import synth, trace
 from helm_plan.errors import TraceError
 from helm_plan.inspect import SCHEMA_VERSION, ZIPF_MIN_COUNT, TraceStats, inspect_trace
 from helm_plan.profiles import ModelProfile, load_model
@@ -156,7 +156,7 @@ def test_synth_traces(tmp_path: Path, regime: str) -> None:
         regime=regime, qps=40.0, duration_s=90.0, users=400, items=5000, max_seq_len=300, seed=5
     )
     p = tmp_path / "t.parquet"
-    synth_like.write(cfg, p)
+    synth.write(cfg, p)
     model = load_model("gr-large")
     check(inspect_trace(p, model), reference(trace.read(p), model))
 
@@ -194,7 +194,7 @@ def test_bins_start_at_zero_and_include_empty_seconds(tmp_path: Path) -> None:
 def test_small_memory_limit_same_answer(tmp_path: Path) -> None:
     cfg = synth.SynthConfig(qps=500.0, duration_s=200.0, items=100_000, seed=8)
     p = tmp_path / "m.parquet"
-    synth_like.write(cfg, p)
+    synth.write(cfg, p)
     a = inspect_trace(p, memory_limit="64MB", threads=1).to_json()
     b = inspect_trace(p).to_json()
     assert a.keys() == b.keys()

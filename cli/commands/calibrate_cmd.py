@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
         """Measure prefill, scoring, gathers and H2D copies with torch; fit and write latency.toml."""
         from helm_plan.latency.calibrate import CalibrateConfig, resolve_device
         from helm_plan.latency.calibrate import calibrate as run_calibration
-        from helm_plan.latency.model import profile_to_dict
+        from helm_plan.profiles import profile_to_dict
 
         kw = {
             "device": device,

@@ -54,7 +54,8 @@ def register(app: typer.Typer) -> None:
         quiet: QuietOpt = False,
     ) -> None:
         """Fit t0, a, b, c, d, host gather and H2D latency to the trace's latency_ms; report MAPE."""
-        from helm_plan.latency.observed import FITTED, FitConfig, fit_trace
+        from helm_plan.latency.observed import FITTED
+        from helm_plan.sim.fit import FitConfig, fit_trace
 
         cfg = FitConfig(
             gpu=gpu,

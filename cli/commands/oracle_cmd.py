@@ -26,6 +26,7 @@ from helm_plan_cli.options import (
 )
 from helm_plan_cli.progress import err_console, out_console, task
 
+from helm_plan import exec as executors
 from helm_plan.oracle import OracleConfig, label_windows, write_labels
 from helm_plan.sim import DEFAULT_SLO_MS, DEFAULT_WINDOW_S, NodeConfig, load_context
 
@@ -79,7 +80,6 @@ def oracle(
         sampler=sampler,
         grid_step=grid,
         seed=seed,
-        workers=workers,
         warmup_windows=warmup_windows,
         warmup=warmup,
     )
@@ -95,7 +95,7 @@ def oracle(
     for note in ctx.notes:
         err_console.print(f"note: {note}")
     with task("labelling windows", quiet=quiet) as progress:
-        labels = label_windows(ctx, ncfg, ocfg, progress)
+        labels = label_windows(ctx, ncfg, ocfg, progress, executors.local(workers))
     path = write_labels(labels, out)
     r = labels.r_star
     ok = np.isfinite(r)

@@ -28,11 +28,10 @@ from helm_plan_cli.options import (
 from helm_plan_cli.progress import out_console, task
 from rich.table import Table
 
-from helm_plan import arrays as A
 from helm_plan import trace as T
 from helm_plan.cache import curves as C
-from helm_plan.cache.footprint import footprint
-from helm_plan.profiles import load_gpu, load_model, resolve_pool
+from helm_plan.profiles import Pool
+from helm_plan.sim import load_context
 
 RatioOpt = Annotated[
     float,
@@ -73,21 +72,13 @@ def profile_command(
     cfg = C.CurvesConfig(
         window_s=window_s, ratio=ratio, sample_rate=sample_rate, sample_size=sample_size, seed=seed
     )
-    g = load_gpu(gpu)
-    m = load_model(model)
-    arrays = A.from_table(T.read(trace), seed=seed)
-    fp = footprint(arrays, m)
-    pool = resolve_pool(
-        g, m, pool_bytes_override=pool_bytes, pool_fraction=pool_fraction,
-        footprint_bytes=fp.total_bytes,
-    )  # fmt: skip
-    if fp.fits(pool.pool_bytes):
-        typer.echo(
-            f"warning: the trace's EMB+KV footprint ({_gib(fp.total_bytes)}) fits in the "
-            f"{_gib(pool.pool_bytes)} pool, so the caches do not compete; "
-            "use --pool-fraction below 1 to study the split",
-            err=True,
-        )
+    ctx = load_context(
+        trace, gpu=gpu, model=model, pool_bytes=pool_bytes, pool_fraction=pool_fraction, seed=seed
+    )
+    g, m, arrays = ctx.gpu, ctx.model, ctx.arrays
+    pool = Pool(ctx.pool_bytes, ctx.pool_source)
+    for note in ctx.notes:
+        typer.echo(f"warning: {note}", err=True)
     with task("curves", quiet=quiet) as update:
         cv = C.compute_curves(arrays, g, m, pool, cfg, progress=update)
     prov = {"trace": str(trace), "trace_sha256": T.sha256(trace)}

@@ -36,6 +36,7 @@ on >= 10 tail samples; see helm_plan.sim.node).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Annotated, Any
@@ -57,7 +58,15 @@ from helm_plan_cli.progress import err_console, out_console, task
 from rich import box
 from rich.table import Table
 
-from helm_plan.sim import DEFAULT_SLO_MS, DEFAULT_WINDOW_S, NodeConfig, load_context, parse_policy
+from helm_plan.oracle import OracleConfig
+from helm_plan.policies import PolicyEnv, parse_policy
+from helm_plan.sim import (
+    DEFAULT_SLO_MS,
+    DEFAULT_WINDOW_S,
+    NodeConfig,
+    load_context,
+    simulate_node,
+)
 
 SCHEMA_VERSION = "1"
 
@@ -129,14 +138,11 @@ def simulate(
         pool_fraction=pool_fraction,
         seed=seed,
     )
-    from helm_plan.oracle import OracleConfig
-    from helm_plan.sim import simulate_node
-
-    with task(
-        f"policy {pol.spec}", quiet=quiet or as_json or pol.name != "best-static"
-    ) as progress:
-        ratios = pol.ratios(ctx, cfg, oracle_cfg=OracleConfig(seed=seed), progress=progress)
-    res = simulate_node(ctx, ratios, cfg)
+    with task(f"policy {pol.spec}", quiet=quiet or as_json or not pol.searches) as progress:
+        built = pol.build(ctx, cfg, PolicyEnv(oracle=OracleConfig(seed=seed), progress=progress))
+    if built.refill is not None:
+        cfg = dataclasses.replace(cfg, refill=built.refill)
+    res = simulate_node(ctx, built.policy, cfg)
     overall = {
         "requests": res.requests,
         "p50_ms": res.p50_ms,

@@ -10,7 +10,7 @@ import typer
 from helm_plan_cli.options import DurationSOpt, OutOpt, QpsOpt, QuietOpt, RegimeOpt, SeedOpt
 from helm_plan_cli.progress import task
 
-from helm_plan import synth, synth_like
+from helm_plan import synth
 
 
 def synth_command(
@@ -70,13 +70,13 @@ def synth_command(
     fitted = None
     if like is not None:
         with task("fit --like", quiet=quiet) as update:
-            fitted = synth_like.fit(like, progress=update)
-        cfg = synth_like.like_config(fitted, scale=scale, **given)
+            fitted = synth.fit(like, progress=update)
+        cfg = synth.like_config(fitted, scale=scale, **given)
     else:
         cfg = synth.SynthConfig(**{k: v for k, v in given.items() if v is not None})
     t0 = time.perf_counter()
     with task("synth", quiet=quiet) as update:
-        res = synth_like.write(
+        res = synth.write(
             cfg, out, like=None if fitted is None else fitted.to_json(), progress=update
         )
     typer.echo(

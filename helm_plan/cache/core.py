@@ -156,16 +156,6 @@ class ReplayResult:
     lookup_counts: np.ndarray | None
     """EMB lookups per item during the span, if requested."""
 
-    @property
-    def emb_hit_rate(self) -> float:
-        lk = int(self.n_lookup.sum())
-        return 1.0 - int(self.n_miss.sum()) / lk if lk else 0.0
-
-    @property
-    def kv_reuse_rate(self) -> float:
-        tot = int(self.ctx_len.sum())
-        return int(self.n_reused.sum()) / tot if tot else 0.0
-
 
 def capacities(ratio: float, pool_bytes: int, model: ModelProfile) -> tuple[int, int]:
     """(EMB rows, KV tokens) for EMB share ``ratio`` of a ``pool_bytes`` pool."""

@@ -10,7 +10,6 @@ from helm_plan.latency.model import (
     LatencyModel,
     build_latency_model,
     profile_mismatch,
-    profile_to_dict,
     resolve_latency,
 )
 
@@ -19,6 +18,5 @@ __all__ = [
     "LatencyModel",
     "build_latency_model",
     "profile_mismatch",
-    "profile_to_dict",
     "resolve_latency",
 ]

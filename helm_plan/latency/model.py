@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from helm_plan.errors import ProfileError
+from helm_plan.latency.roofline import derive_profile
 from helm_plan.profiles import (
     GpuProfile,
     LatencyProfile,
@@ -139,8 +140,6 @@ def resolve_latency(gpu: GpuProfile, model: ModelProfile, latency: str | None) -
     name = default_latency_name(gpu.name, model.name)
     if name in available("latency"):
         return load_latency(name)
-    from helm_plan.latency.roofline import derive_profile
-
     return derive_profile(gpu, model)
 
 
@@ -154,17 +153,3 @@ def profile_mismatch(gpu: GpuProfile, model: ModelProfile, lat: LatencyProfile) 
     if not bad:
         return None
     return f"latency profile {lat.name!r} was made for " + " and ".join(bad)
-
-
-def profile_to_dict(
-    profile: LatencyProfile, derivation: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """A latency profile as a TOML-ready dict (None fields dropped, optional [derivation] table)."""
-    out: dict[str, Any] = {}
-    for f in fields(profile):
-        v = getattr(profile, f.name)
-        if v is not None:
-            out[f.name] = v
-    if derivation:
-        out["derivation"] = derivation
-    return out

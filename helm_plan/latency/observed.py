@@ -1,9 +1,10 @@
-"""`helm-plan fit`: fit the service-time model to a trace's observed ``latency_ms``.
+"""Fit the service-time model to observed latencies (the math behind `helm-plan fit`).
 
 The per-request predictors (computed tokens n, context L, candidates M,
 lookups, misses) come from replaying the trace through the cache simulator
-(``predictors_from_trace``). The fit itself (``fit_observed``) only needs those
-arrays, so it is tested on synthetic data from known coefficients.
+(:func:`helm_plan.sim.fit.predictors_from_trace`). The fit itself
+(``fit_observed``) only needs those arrays, so it is tested on synthetic data
+from known coefficients.
 
 Identifiability. Lookups are the computed tokens plus the candidates, so the
 per-lookup HBM cost is collinear with ``a`` and ``c``; and the per-miss copy
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from helm_plan.errors import ConfigError, TraceError
-from helm_plan.latency.calibrate import mape, nnls_relative, split_indices
+from helm_plan.latency.fit import mape, nnls_relative, split_indices
 from helm_plan.latency.model import LatencyModel
 from helm_plan.profiles import LatencyProfile
 
@@ -221,127 +222,3 @@ def fit_observed(
         n_dropped=n_dropped,
         predicted_ms=pred * 1e3,
     )
-
-
-def predictors_from_trace(
-    arrays: Any, model: Any, *, ratio: float, pool_bytes: int
-) -> dict[str, np.ndarray]:
-    """Per-request predictors from replaying the trace through the EMB/KV caches at ``ratio``.
-
-    The caches start cold at the first request and are never resized. Returns
-    ``n_computed, ctx_len, n_cand, n_lookup, n_miss`` (int64, one per request).
-    """
-    from helm_plan.cache.core import new_state, replay
-
-    state = new_state(arrays, ratio, pool_bytes, model)
-    out = replay(arrays, state, 0, arrays.n_requests, max_seq_len=model.max_seq_len)
-    return {
-        "n_computed": out.n_computed,
-        "ctx_len": out.ctx_len,
-        "n_cand": arrays.n_candidates.astype(np.int64),
-        "n_lookup": out.n_lookup,
-        "n_miss": out.n_miss,
-    }
-
-
-@dataclass(frozen=True)
-class FitConfig:
-    """Options of `helm-plan fit`."""
-
-    gpu: str = "a100-80g"
-    """GPU profile name or path."""
-    model: str = "gr-small"
-    """Model profile name or path."""
-    latency: str | None = None
-    """Base latency profile (bandwidths, unidentifiable terms); None = shipped GPU_MODEL."""
-    ratio: float = 0.5
-    """EMB share r of the cache pool during the replay."""
-    pool_bytes: int | None = None
-    """Cache pool size in bytes; None sizes it from HBM."""
-    pool_fraction: float | None = None
-    """Cache pool as a share of the trace's EMB+KV footprint; None sizes it from HBM."""
-    holdout_fraction: float = 0.2
-    """Share of requests held out to validate the fit."""
-    seed: int = 0
-    """Seed for candidate draws and the train/held-out split."""
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.ratio <= 1:
-            raise ConfigError(f"ratio must be in [0, 1], got {self.ratio}")
-        if not 0 <= self.holdout_fraction < 1:
-            raise ConfigError(f"holdout_fraction must be in [0, 1), got {self.holdout_fraction}")
-
-
-@dataclass(frozen=True)
-class TraceFit:
-    """`helm-plan fit` output: the fit, the base it started from, and the profile to write."""
-
-    fit: ObservedFit
-    """The fit and its validation."""
-    base: LatencyModel
-    """The model before fitting (shipped/roofline or --latency)."""
-    base_name: str
-    """Name of the base latency profile."""
-    profile: LatencyProfile
-    """The fitted coefficients as a latency profile."""
-    pool_bytes: int
-    """Cache pool used for the replay, bytes."""
-    pool_source: str
-    """How the pool was sized."""
-
-    def toml_dict(self) -> dict[str, Any]:
-        """TOML-ready dict of the fitted profile with its ``[derivation]`` table."""
-        from helm_plan.latency.model import profile_to_dict
-
-        d = self.fit.derivation()
-        d.update(
-            {
-                "base_profile": self.base_name,
-                "pool_bytes": self.pool_bytes,
-                "pool_source": self.pool_source,
-            }
-        )
-        return profile_to_dict(self.profile, d)
-
-
-def fit_trace(path: Any, cfg: FitConfig) -> TraceFit:
-    """Read a trace with ``latency_ms``, replay its caches, fit and validate the model."""
-    import helm_plan
-    from helm_plan import arrays as _arrays
-    from helm_plan import trace as _trace
-    from helm_plan.cache.footprint import footprint
-    from helm_plan.latency.model import build_latency_model, resolve_latency
-    from helm_plan.profiles import load_gpu, load_model, resolve_pool
-
-    gpu, model = load_gpu(cfg.gpu), load_model(cfg.model)
-    lat = resolve_latency(gpu, model, cfg.latency)
-    base = build_latency_model(gpu, model, lat)
-    table = _trace.read(path)
-    if "latency_ms" not in table.column_names:
-        raise TraceError(
-            f"{path} has no latency_ms column",
-            hint="helm-plan fit needs observed latencies from a serving log",
-        )
-    arr = _arrays.from_table(table, seed=cfg.seed)
-    pool = resolve_pool(
-        gpu,
-        model,
-        pool_bytes_override=cfg.pool_bytes,
-        pool_fraction=cfg.pool_fraction,
-        footprint_bytes=footprint(arr, model).total_bytes
-        if cfg.pool_fraction is not None
-        else None,
-    )
-    preds = predictors_from_trace(arr, model, ratio=cfg.ratio, pool_bytes=pool.pool_bytes)
-    fit = fit_observed(
-        arr.latency_ms, preds, base=base, holdout_fraction=cfg.holdout_fraction, seed=cfg.seed
-    )
-    source = (
-        f"fitted to observed latency_ms of {path} ({fit.n_train + fit.n_heldout} requests, "
-        f"cache replay at r={cfg.ratio}), base {lat.name}, "
-        f"{_dt.datetime.now(_dt.UTC).date().isoformat()}, helm-plan {helm_plan.__version__}"
-    )
-    profile = fit.profile(
-        name=f"{gpu.name}_{model.name}_observed", gpu=gpu.name, model=model.name, source=source
-    )
-    return TraceFit(fit, base, lat.name, profile, pool.pool_bytes, pool.source)

@@ -40,7 +40,6 @@ import tomli_w
 
 from helm_plan.config import require_positive, require_range
 from helm_plan.io import write_text
-from helm_plan.latency.model import profile_to_dict
 from helm_plan.profiles import (
     GpuProfile,
     LatencyProfile,
@@ -49,6 +48,7 @@ from helm_plan.profiles import (
     default_latency_name,
     load_gpu,
     load_model,
+    profile_to_dict,
 )
 
 SOURCE = "DERIVED (roofline estimate from the GPU and model profiles), not measured"

@@ -22,6 +22,7 @@ import polars as pl
 
 from helm_plan import io
 from helm_plan._data import data_dir
+from helm_plan._version import __version__
 from helm_plan.report import figures
 from helm_plan.report.store import RunData
 from helm_plan.report.summary import FLAT_TOLERANCE, headline, stats_dict, verdict
@@ -307,7 +308,6 @@ def _repro(run: RunData) -> str:
 
 def render(run: RunData) -> str:
     """The whole report page as a string."""
-    from helm_plan import __version__
 
     figs = _Figs()
     bodies = {

@@ -1,21 +1,23 @@
-"""Node simulation: FIFO queue, cache reallocation with refill modes, ratio policies, sensitivity.
+"""Node simulation: the steppable node, the closed-loop policy protocol, queue, refill, metrics.
 
-The oracle (per-window offline-optimal ratio, best static) lives in
-:mod:`helm_plan.oracle`, built on :func:`evaluate_span` and :func:`simulate_node`.
+- :class:`NodeRunner` (:mod:`.step`) serves one window at a time from carried
+  caches, queue backlog and refill; :func:`simulate_node` drives it with a
+  :class:`Policy` over the whole trace;
+- :func:`evaluate_span` (:mod:`.span`) is the cold-start what-if of the
+  window-mode oracle;
+- :mod:`.metrics` defines every latency and hit-rate figure once.
+
+The oracle, the named-policy catalogue (:mod:`helm_plan.policies`), the
+controller and the cluster sit above this package.
 """
 
 from __future__ import annotations
 
+from helm_plan.sim.config import DEFAULT_SLO_MS, DEFAULT_WINDOW_S, NodeConfig
 from helm_plan.sim.context import NodeContext, load_context, prepare_context
-from helm_plan.sim.node import (
-    DEFAULT_SLO_MS,
-    DEFAULT_WINDOW_S,
-    NodeConfig,
-    NodeResult,
-    simulate_node,
-)
-from helm_plan.sim.policies import POLICIES, Policy, PolicyKind, parse_policy, register_policy
-from helm_plan.sim.queue import QueueResult, fifo, window_stats
+from helm_plan.sim.node import NodeResult, collect, simulate_node
+from helm_plan.sim.policy import Observation, Policy, SchedulePolicy, StaticPolicy, fill_forward
+from helm_plan.sim.queue import QueueResult, fifo
 from helm_plan.sim.refill import (
     REFILL_MODES,
     Refill,
@@ -24,47 +26,35 @@ from helm_plan.sim.refill import (
     get_refill,
     register_refill,
 )
-from helm_plan.sim.sensitivity import (
-    AdaptivityCI,
-    adaptivity_ci,
-    flatness,
-    ratio_distance,
-    regret,
-    sensitivity_table,
-    window_regret,
-)
-from helm_plan.sim.span import SpanEval, evaluate_span
+from helm_plan.sim.span import SpanEval, evaluate_span, replay_span
+from helm_plan.sim.step import NodeRunner, WindowResult
 
 __all__ = [
     "DEFAULT_SLO_MS",
     "DEFAULT_WINDOW_S",
-    "POLICIES",
     "REFILL_MODES",
-    "AdaptivityCI",
     "NodeConfig",
     "NodeContext",
     "NodeResult",
+    "NodeRunner",
+    "Observation",
     "Policy",
-    "PolicyKind",
     "QueueResult",
     "Refill",
     "RefillMode",
     "RefillPlan",
+    "SchedulePolicy",
     "SpanEval",
-    "adaptivity_ci",
+    "StaticPolicy",
+    "WindowResult",
+    "collect",
     "evaluate_span",
     "fifo",
-    "flatness",
+    "fill_forward",
     "get_refill",
     "load_context",
-    "parse_policy",
     "prepare_context",
-    "ratio_distance",
-    "register_policy",
     "register_refill",
-    "regret",
-    "sensitivity_table",
+    "replay_span",
     "simulate_node",
-    "window_regret",
-    "window_stats",
 ]

@@ -6,11 +6,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
+from helm_plan import trace as trace_io
 from helm_plan.arrays import TraceArrays, from_table, window_edges
 from helm_plan.cache.footprint import footprint
 from helm_plan.latency.model import LatencyModel, build_latency_model, resolve_latency
-from helm_plan.profiles import GpuProfile, ModelProfile, load_gpu, load_model, resolve_pool
+from helm_plan.profiles import (
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    GpuProfile,
+    LatencyProfile,
+    ModelProfile,
+    load_gpu,
+    load_model,
+    resolve_pool,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -25,6 +36,8 @@ class NodeContext:
     """Model profile."""
     latency: LatencyModel
     """Resolved service-time model."""
+    latency_profile: LatencyProfile | None
+    """The latency profile it was built from (None when built from a bare model)."""
     pool_bytes: int
     """HBM cache pool split between EMB and KV, bytes."""
     pool_source: str
@@ -57,6 +70,7 @@ def prepare_context(
     *,
     pool_bytes: int | None = None,
     pool_fraction: float | None = None,
+    latency_profile: LatencyProfile | None = None,
 ) -> NodeContext:
     """Bundle arrays and profiles; size the pool (HBM default, bytes, or footprint share)."""
     fp = footprint(arrays, model).total_bytes
@@ -77,6 +91,7 @@ def prepare_context(
         gpu=gpu,
         model=model,
         latency=latency,
+        latency_profile=latency_profile,
         pool_bytes=pool.pool_bytes,
         pool_source=pool.source,
         footprint_bytes=fp,
@@ -88,20 +103,28 @@ def prepare_context(
 
 
 def load_context(
-    trace_path: str | Path,
+    trace: str | Path | pa.Table,
     *,
-    gpu: str = "a100-80g",
-    model: str = "gr-small",
+    gpu: str = DEFAULT_GPU,
+    model: str = DEFAULT_MODEL,
     latency: str | None = None,
     pool_bytes: int | None = None,
     pool_fraction: float | None = None,
     seed: int = 0,
 ) -> NodeContext:
-    """Read a trace file and resolve profiles by name or path (what the CLI commands call)."""
-    from helm_plan import trace
+    """The one place a trace becomes a node context: profiles, dense arrays, footprint, pool.
 
+    ``trace`` is a canonical trace file (validated on read) or an already
+    validated table; profiles are named by shipped name or TOML path; ``seed``
+    drives the implicit candidate draws.
+    """
     g = load_gpu(gpu)
     m = load_model(model)
-    lat = build_latency_model(g, m, resolve_latency(g, m, latency))
-    arrays = from_table(trace.read(trace_path), seed=seed)
-    return prepare_context(arrays, g, m, lat, pool_bytes=pool_bytes, pool_fraction=pool_fraction)
+    lat_prof = resolve_latency(g, m, latency)
+    lat = build_latency_model(g, m, lat_prof)
+    table = trace if isinstance(trace, pa.Table) else trace_io.read(trace)
+    arrays = from_table(table, seed=seed)
+    return prepare_context(
+        arrays, g, m, lat, pool_bytes=pool_bytes, pool_fraction=pool_fraction,
+        latency_profile=lat_prof,
+    )  # fmt: skip

@@ -9,7 +9,7 @@ A **blocking job** models an eager refill: it enters the FIFO at its time
 slot is idle (requests queued before it are served first), then occupies all
 slots for its duration. Serving resumes when it ends.
 
-Window figures (:func:`window_stats`) are computed over the requests that
+Window figures (:mod:`helm_plan.sim.metrics`) are computed over the requests that
 **arrive** in each window, whenever they finish:
 
 - ``p50_ms``/``p99_ms``: percentiles of their sojourn times (numpy's default
@@ -123,41 +123,3 @@ def _fifo(arr, svc, bt, bd, start, finish, free):
         blocked += bd[b]
         b += 1
     return blocked
-
-
-def _pct(x: np.ndarray, q: float) -> float:
-    return float(np.percentile(x, q)) if len(x) else float("nan")
-
-
-def window_stats(
-    arrival_s: np.ndarray,
-    sojourn_s: np.ndarray,
-    edges: np.ndarray,
-    window_s: float,
-    slo_s: float,
-    *,
-    t0_s: float = 0.0,
-) -> dict[str, np.ndarray]:
-    """Per-window p50_ms, p99_ms, slo_attainment, throughput_rps, requests.
-
-    Window ``w`` holds requests ``edges[w]:edges[w+1]`` and starts at
-    ``t0_s + w * window_s``.
-    """
-    n_w = len(edges) - 1
-    out = {
-        k: np.full(n_w, np.nan) for k in ("p50_ms", "p99_ms", "slo_attainment", "throughput_rps")
-    }
-    out["requests"] = np.diff(edges).astype(np.int64)
-    for w in range(n_w):
-        s, e = int(edges[w]), int(edges[w + 1])
-        ws = t0_s + w * window_s
-        if e == s:
-            out["throughput_rps"][w] = 0.0
-            continue
-        soj = sojourn_s[s:e]
-        out["p50_ms"][w] = _pct(soj, 50) * 1e3
-        out["p99_ms"][w] = _pct(soj, 99) * 1e3
-        out["slo_attainment"][w] = float(np.mean(soj <= slo_s))
-        last = float(np.max(arrival_s[s:e] + soj))
-        out["throughput_rps"][w] = (e - s) / max(window_s, last - ws)
-    return out

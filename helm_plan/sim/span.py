@@ -1,7 +1,10 @@
-"""The oracle's inner evaluation: a constant ratio from cold caches over one span.
+"""The cold-start what-if: a constant ratio from cold caches and an idle queue over one span.
 
 Requests ``[warm_start, start)`` warm the caches and the queue; only
-``[start, stop)`` is measured (DESIGN.md, Oracle).
+``[start, stop)`` is measured. This is the window-mode oracle's evaluation
+(DESIGN.md, Oracle): windows independent of each other, so they run in
+parallel. Anything that carries state across windows steps a
+:class:`~helm_plan.sim.step.NodeRunner` instead.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ import numpy as np
 from helm_plan.cache import core
 from helm_plan.config import require_range
 from helm_plan.errors import ConfigError
+from helm_plan.sim import metrics
+from helm_plan.sim.config import NodeConfig
 from helm_plan.sim.context import NodeContext
-from helm_plan.sim.node import NodeConfig
 from helm_plan.sim.queue import fifo
 
 
@@ -34,7 +38,7 @@ class SpanEval:
     """EMB hit rate of the measured requests."""
     kv_reuse_rate: float
     """KV reuse rate (reused / context tokens) of the measured requests."""
-    h2d_bytes: int
+    miss_bytes: int
     """Demand-miss H2D bytes of the measured requests."""
 
 
@@ -75,18 +79,14 @@ def span_eval(
     ctx: NodeContext, ratio: float, r: core.ReplayResult, soj: np.ndarray, k: int, slo_ms: float
 ) -> SpanEval:
     """Figures of the measured requests: replay outcomes from index ``k`` on, sojourns ``soj``."""
-    look = int(r.n_lookup[k:].sum())
-    cl = int(r.ctx_len[k:].sum())
+    lat = metrics.latency_figures(soj, slo_ms)
     miss = int(r.n_miss[k:].sum())
-    if len(soj) == 0:
-        nan = float("nan")
-        return SpanEval(ratio, nan, nan, nan, nan, nan, 0)
     return SpanEval(
         ratio=float(ratio),
-        p50_ms=float(np.percentile(soj, 50) * 1e3),
-        p99_ms=float(np.percentile(soj, 99) * 1e3),
-        slo_attainment=float(np.mean(soj <= slo_ms / 1e3)),
-        emb_hit_rate=1.0 - miss / look if look else float("nan"),
-        kv_reuse_rate=int(r.n_reused[k:].sum()) / cl if cl else float("nan"),
-        h2d_bytes=miss * ctx.model.row_bytes,
+        p50_ms=lat.p50_ms,
+        p99_ms=lat.p99_ms,
+        slo_attainment=lat.slo_attainment,
+        emb_hit_rate=metrics.hit_rate(miss, int(r.n_lookup[k:].sum())),
+        kv_reuse_rate=metrics.reuse_rate(int(r.n_reused[k:].sum()), int(r.ctx_len[k:].sum())),
+        miss_bytes=miss * ctx.model.row_bytes,
     )

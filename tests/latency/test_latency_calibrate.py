@@ -12,14 +12,8 @@ from helm_plan_cli.main import app
 from typer.testing import CliRunner
 
 from helm_plan.errors import ConfigError
-from helm_plan.latency.calibrate import (
-    CalibrateConfig,
-    Samples,
-    calibrate,
-    fit_coefficients,
-    nnls_relative,
-    synthetic_samples,
-)
+from helm_plan.latency.calibrate import CalibrateConfig, calibrate, synthetic_samples
+from helm_plan.latency.fit import Samples, fit_coefficients, nnls_relative
 from helm_plan.latency.model import build_latency_model
 from helm_plan.profiles import load_gpu, load_latency, load_model
 

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from helm_plan import arrays, trace
 from helm_plan.errors import ConfigError, TraceError
-from helm_plan.latency import observed
 from helm_plan.latency.model import LatencyModel
 from helm_plan.latency.observed import FITTED, fit_observed
 from helm_plan.profiles import load_latency
+from helm_plan.sim import fit as sim_fit
 
 TRUTH = LatencyModel(
     t0_s=300e-6,
@@ -116,14 +116,14 @@ def test_predictors_from_trace_extremes() -> None:
     L = np.minimum(arr.hist_end, model.max_seq_len)
     M = arr.n_candidates.astype(np.int64)
     # r = 1: no KV at all, so every request recomputes its whole context.
-    p = observed.predictors_from_trace(arr, model, ratio=1.0, pool_bytes=1 << 30)
+    p = sim_fit.predictors_from_trace(arr, model, ratio=1.0, pool_bytes=1 << 30)
     np.testing.assert_array_equal(p["ctx_len"], L)
     np.testing.assert_array_equal(p["n_computed"], L)
     np.testing.assert_array_equal(p["n_lookup"], L + M)
     # A 1 GiB EMB cache holds all items: each distinct item misses exactly once.
     assert p["n_miss"].sum() == len(np.unique(arr.cand_values.tolist() + arr.hist_values.tolist()))
     # r = 0: no EMB rows, so every lookup misses.
-    p0 = observed.predictors_from_trace(arr, model, ratio=0.0, pool_bytes=1 << 30)
+    p0 = sim_fit.predictors_from_trace(arr, model, ratio=0.0, pool_bytes=1 << 30)
     np.testing.assert_array_equal(p0["n_miss"], p0["n_lookup"])
     np.testing.assert_array_equal(p0["n_lookup"], p0["n_computed"] + M)
     assert (p0["n_computed"] < L).any()  # returning users reuse their KV prefix
@@ -135,7 +135,7 @@ def test_cli_fit_end_to_end(tmp_path: Path) -> None:
     pool = 3 << 20  # small enough that both caches miss
     table = small_table(600, seed=4)
     arr = arrays.from_table(table, seed=0)
-    p = observed.predictors_from_trace(arr, load_model("gr-small"), ratio=0.5, pool_bytes=pool)
+    p = sim_fit.predictors_from_trace(arr, load_model("gr-small"), ratio=0.5, pool_bytes=pool)
     assert 0 < p["n_miss"].sum() < p["n_lookup"].sum()
     lat = _latency_ms(p, 0.005, 4)
     path = tmp_path / "obs.parquet"

@@ -19,9 +19,10 @@ import pytest
 from helm_plan_cli.main import app
 from typer.testing import CliRunner
 
-from helm_plan import synth, synth_like, synth_users, trace
+from helm_plan import synth, trace
 from helm_plan.errors import ConfigError, TraceError
 from helm_plan.inspect import inspect_trace
+from helm_plan.synth import users as synth_users
 
 
 def _arrays(t: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -215,9 +216,9 @@ def test_candidates_column_absent_and_n_candidates_set() -> None:
 def test_deterministic_bytes_and_seed_sensitivity(tmp_path: Path) -> None:
     cfg = synth.SynthConfig(regime="mixed", qps=100.0, duration_s=120.0, items=5000, seed=11)
     a, b, c = tmp_path / "a.parquet", tmp_path / "b.parquet", tmp_path / "c.parquet"
-    synth_like.write(cfg, a)
-    synth_like.write(cfg, b)
-    synth_like.write(dataclasses.replace(cfg, seed=12), c)
+    synth.write(cfg, a)
+    synth.write(cfg, b)
+    synth.write(dataclasses.replace(cfg, seed=12), c)
     assert trace.sha256(a) == trace.sha256(b)
     assert trace.sha256(a) != trace.sha256(c)
     assert synth.synthesize(cfg).equals(synth.synthesize(cfg))
@@ -228,9 +229,10 @@ def test_deterministic_bytes_and_seed_sensitivity(tmp_path: Path) -> None:
 
 def test_streaming_row_groups_match_one_table(tmp_path: Path, monkeypatch) -> None:
     cfg = synth.SynthConfig(qps=200.0, duration_s=60.0, users=300, max_seq_len=80, seed=9)
-    monkeypatch.setattr(synth, "ROW_GROUP_ROWS", 1000)
+    monkeypatch.setattr(synth.core, "ROW_GROUP_ROWS", 1000)
+    monkeypatch.setattr(synth.like, "ROW_GROUP_ROWS", 1000)
     p = tmp_path / "s.parquet"
-    res = synth_like.write(cfg, p)
+    res = synth.write(cfg, p)
     assert pq.ParquetFile(p).metadata.num_row_groups == math.ceil(res.requests / 1000)
     t = trace.read(p)
     assert t.equals(synth.synthesize(cfg))
@@ -287,7 +289,7 @@ def test_streaming_memory_does_not_grow_with_requests(monkeypatch) -> None:
 def test_provenance(tmp_path: Path) -> None:
     cfg = synth.SynthConfig(qps=20.0, duration_s=30.0, seed=3)
     p = tmp_path / "p.parquet"
-    synth_like.write(cfg, p)
+    synth.write(cfg, p)
     prov = trace.provenance(p)
     assert prov["source"] == "synth" and prov["seed"] == 3
     assert prov["schema_version"] == trace.SCHEMA_VERSION
@@ -305,19 +307,19 @@ def test_like_recovers_zipf_alpha_and_item_counts(tmp_path: Path, alpha: float) 
     cfg = synth.SynthConfig(
         qps=200.0, duration_s=300.0, items=50_000, zipf_alpha=alpha, max_seq_len=100_000, seed=1
     )
-    synth_like.write(cfg, src)
-    f = synth_like.fit(src)
+    synth.write(cfg, src)
+    f = synth.fit(src)
     assert f.zipf_alpha == pytest.approx(alpha, abs=0.05)
     assert f.new_items_mean == pytest.approx(cfg.new_items_mean, rel=0.05)
     assert f.cold_history_mean == pytest.approx(cfg.cold_history_mean, rel=0.05)
     ts, user, _, _ = _arrays(trace.read(src))
     assert f.cold_share == pytest.approx(len(np.unique(user)) / len(user))
-    big = synth_like.like_config(f, scale=4.0, seed=2)
+    big = synth.like_config(f, scale=4.0, seed=2)
     assert big.users == round(4 * f.users) and big.items == round(4 * f.items)
     assert big.qps == pytest.approx(4 * f.mean_qps)
     # The scaled trace keeps the skew and the cold share.
     out = tmp_path / "big.parquet"
-    synth_like.write(big, out, like=f.to_json())
+    synth.write(big, out, like=f.to_json())
     st = inspect_trace(out)
     assert st.zipf_alpha == pytest.approx(alpha, abs=0.07)
     assert st.cold_share == pytest.approx(f.cold_share, rel=0.1)
@@ -325,17 +327,17 @@ def test_like_recovers_zipf_alpha_and_item_counts(tmp_path: Path, alpha: float) 
 
 
 def test_like_overrides_and_errors(tmp_path: Path, small_trace: Path) -> None:
-    f = synth_like.fit(small_trace)
-    cfg = synth_like.like_config(f, scale=2.0, qps=7.0, users=None, items=333)
+    f = synth.fit(small_trace)
+    cfg = synth.like_config(f, scale=2.0, qps=7.0, users=None, items=333)
     assert cfg.qps == 7.0 and cfg.items == 333 and cfg.users == round(2 * f.users)
     with pytest.raises(ConfigError, match="scale must be positive, got 0"):
-        synth_like.like_config(f, scale=0)
+        synth.like_config(f, scale=0)
     with pytest.raises(TraceError, match="not found"):
-        synth_like.fit(tmp_path / "missing.parquet")
+        synth.fit(tmp_path / "missing.parquet")
     one = tmp_path / "one.parquet"
     trace.write(trace.make_table([0.0, 1.0], [0, 1], [0, 1, 2], [5, 6], [0, 0]), one, {})
     with pytest.raises(TraceError, match="too few repeated items"):
-        synth_like.fit(one)
+        synth.fit(one)
 
 
 # --- validation ---------------------------------------------------------------------------
@@ -404,7 +406,7 @@ def test_cli_synth_like(tmp_path: Path, small_trace: Path) -> None:
     )
     assert r.exit_code == 0, r.output
     prov = trace.provenance(out)
-    f = synth_like.fit(small_trace)
+    f = synth.fit(small_trace)
     assert prov["like"] == json.loads(json.dumps(f.to_json()))
     assert prov["arguments"]["users"] == round(3 * f.users)
 
@@ -444,7 +446,7 @@ def test_like_on_movielens_derived_trace(tmp_path: Path, datasets: Path) -> None
     src = tmp_path / "ml.parquet"
     ts = (stamp - stamp[0]) / 1000.0
     trace.write(trace.make_table(ts, u, np.arange(n + 1), item, np.full(n, 10)), src, {})
-    f = synth_like.fit(src)
+    f = synth.fit(src)
     # Independent: cold share, items per request, and the rank/frequency slope.
     assert f.cold_share == pytest.approx(943 / 100_000)
     assert f.new_items_mean == 1.0 and f.cold_history_mean == 1.0
@@ -454,8 +456,8 @@ def test_like_on_movielens_derived_trace(tmp_path: Path, datasets: Path) -> None
     r = np.arange(1, len(c) + 1)
     assert f.zipf_alpha == pytest.approx(-np.polyfit(np.log(r), np.log(c), 1, w=r**-0.5)[0])
     out = tmp_path / "like.parquet"
-    cfg = synth_like.like_config(f, scale=2.0, seed=1)
-    synth_like.write(cfg, out, like=f.to_json())
+    cfg = synth.like_config(f, scale=2.0, seed=1)
+    synth.write(cfg, out, like=f.to_json())
     st = inspect_trace(out)
     assert st.requests == pytest.approx(2 * n, rel=0.02)
     assert st.users == pytest.approx(2 * 943, rel=0.1)
@@ -467,12 +469,12 @@ def test_like_on_movielens_derived_trace(tmp_path: Path, datasets: Path) -> None
 
 
 def test_committed_sample_regenerates_from_its_provenance(tmp_path: Path) -> None:
-    sample = Path(__file__).resolve().parents[1] / "datasets" / "samples" / "mixed-small.parquet"
+    sample = Path(__file__).resolve().parents[2] / "datasets" / "samples" / "mixed-small.parquet"
     assert sample.exists(), "run datasets/make_samples.sh"
     assert sample.stat().st_size < 200_000
     prov = trace.provenance(sample)
     assert prov["source"] == "synth"
     cfg = synth.SynthConfig(**prov["arguments"])
     again = tmp_path / "again.parquet"
-    synth_like.write(cfg, again)
+    synth.write(cfg, again)
     assert trace.sha256(again) == trace.sha256(sample)

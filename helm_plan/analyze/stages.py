@@ -3,13 +3,12 @@
 Each stage calls the library stage that owns the computation (inspect, cache
 curves, oracle, node simulator, sensitivity) and turns its typed result into
 the named tables of the run store (:mod:`helm_plan.report.store`). Nothing
-here prints or writes files; :mod:`helm_plan.analyze` caches the outputs.
+here prints or writes files; :mod:`helm_plan.analyze.run` caches the outputs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,17 +18,28 @@ import polars as pl
 
 from helm_plan.arrays import TraceArrays
 from helm_plan.cache.curves import CurvesConfig, compute_curves
+from helm_plan.exec import Executor, Progress
+from helm_plan.inspect import inspect_trace
 from helm_plan.latency.model import TERMS, LatencyModel
-from helm_plan.oracle import OracleConfig, best_static, label_windows
-from helm_plan.oracle_labels import Labels, grid_suffix
+from helm_plan.oracle import (
+    Labels,
+    OracleConfig,
+    adaptivity_ci,
+    best_static,
+    label_windows,
+    sensitivity_table,
+)
+from helm_plan.oracle.labels import grid_suffix
+from helm_plan.policies import PolicyEnv, parse_policy
 from helm_plan.profiles import Pool
-from helm_plan.sim.context import NodeContext
-from helm_plan.sim.node import NodeConfig, NodeResult, simulate_node
-from helm_plan.sim.policies import fill_forward
-from helm_plan.sim.sensitivity import adaptivity_ci, sensitivity_table
-from helm_plan.sim.span import replay_span
-
-Progress = Callable[[int, int], None]
+from helm_plan.sim import (
+    NodeConfig,
+    NodeContext,
+    NodeResult,
+    fill_forward,
+    replay_span,
+    simulate_node,
+)
 
 
 def _noop(done: int, total: int) -> None:
@@ -51,8 +61,6 @@ class StageOutput:
 
 def stage_inspect(trace_path: Path, ctx: NodeContext, progress: Progress = _noop) -> StageOutput:
     """Trace statistics (DuckDB, :func:`helm_plan.inspect.inspect_trace`) and workload series."""
-    from helm_plan.inspect import inspect_trace
-
     stats = inspect_trace(trace_path, ctx.model, progress=progress).to_json()
     stats.pop("trace", None)
     stats.pop("schema_version", None)
@@ -124,10 +132,14 @@ def stage_curves(ctx: NodeContext, cfg: CurvesConfig, progress: Progress = _noop
 
 
 def stage_oracle(
-    ctx: NodeContext, node_cfg: NodeConfig, oracle_cfg: OracleConfig, progress: Progress = _noop
+    ctx: NodeContext,
+    node_cfg: NodeConfig,
+    oracle_cfg: OracleConfig,
+    progress: Progress = _noop,
+    executor: Executor | None = None,
 ) -> Labels:
     """Per-window offline-optimal ratio (:func:`helm_plan.oracle.label_windows`)."""
-    return label_windows(ctx, node_cfg, oracle_cfg, progress)
+    return label_windows(ctx, node_cfg, oracle_cfg, progress, executor)
 
 
 def labels_tables(labels: Labels) -> dict[str, pl.DataFrame]:
@@ -164,29 +176,7 @@ def labels_tables(labels: Labels) -> dict[str, pl.DataFrame]:
 # ------------------------------------------------------------------ policies
 
 POLICY_NAMES = ("best-static", "emb-max", "kv-max", "naive-adaptive", "adaptive")
-"""Policies compared by analyze, in table order."""
-
-
-def policy_schedules(
-    n_windows: int, best_static_ratio: float, labels: Labels
-) -> dict[str, tuple[np.ndarray, str | None]]:
-    """Ratio per window and refill-mode override (None = the node config's) of each policy."""
-    sched = fill_forward(labels.r_star.astype(np.float64))
-    return {
-        "best-static": (np.full(n_windows, best_static_ratio), None),
-        "emb-max": (np.ones(n_windows), None),
-        "kv-max": (np.zeros(n_windows), None),
-        "naive-adaptive": (sched, "eager"),
-        "adaptive": (sched, "throttled"),
-    }
-
-
-def run_policy(
-    ctx: NodeContext, ratios: np.ndarray, node_cfg: NodeConfig, refill: str | None
-) -> NodeResult:
-    """One node simulation of a policy (what ``helm-plan simulate`` runs)."""
-    cfg = node_cfg if refill is None else dataclasses.replace(node_cfg, refill=refill)
-    return simulate_node(ctx, ratios, cfg)
+"""Policies compared by analyze, in table order (specs of :mod:`helm_plan.policies`)."""
 
 
 def oracle_pooled(
@@ -241,21 +231,28 @@ def stage_policies(
     confidence: float,
     seed: int,
     progress: Progress = _noop,
+    executor: Executor | None = None,
 ) -> StageOutput:
     """Best static search, the five policies, oracle pooled figures and sensitivity."""
-    n_w = ctx.n_windows(node_cfg.window_s)
     grid_n = len(labels.coarse_grid)
     total = grid_n + len(POLICY_NAMES) + 2
     progress(0, total)
-    bs = best_static(ctx, node_cfg, oracle_cfg, lambda d, t: progress(min(d, grid_n), total))
+    bs = best_static(
+        ctx, node_cfg, oracle_cfg, lambda d, t: progress(min(d, grid_n), total), executor
+    )
     done = grid_n
     progress(done, total)
     results: dict[str, NodeResult] = {}
     pw, pols, terms, sens = [], [], [], []
     grid_r = np.asarray(labels.coarse_grid)
     lab_r = labels.r_star
-    for name, (ratios, refill) in policy_schedules(n_w, bs.ratio, labels).items():
-        res = run_policy(ctx, ratios, node_cfg, refill)
+    env = PolicyEnv(oracle=oracle_cfg, labels=labels, best_static=bs, executor=executor)
+    for name in POLICY_NAMES:
+        built = parse_policy(name).build(ctx, node_cfg, env)
+        refill = built.refill
+        cfg = node_cfg if refill is None else dataclasses.replace(node_cfg, refill=refill)
+        res = simulate_node(ctx, built.policy, cfg)
+        ratios = res.ratios
         results[name] = res
         win = res.windows.rename(
             {"start_s": "t_start_s", "end_s": "t_end_s", "requests": "n_requests"}

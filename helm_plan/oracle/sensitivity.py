@@ -33,16 +33,25 @@ def ratio_distance(r: np.ndarray | float, r_star: np.ndarray | float) -> np.ndar
     return np.abs(np.asarray(r, np.float64) - np.asarray(r_star, np.float64))
 
 
-def flatness(ratios: np.ndarray, p99_ms: np.ndarray, tol: float = 0.02) -> float:
-    """Range of ``ratios`` whose P99 is within ``tol`` of the lowest (NaN P99s ignored)."""
+def flat_band(ratios: np.ndarray, p99_ms: np.ndarray, tol: float) -> tuple[float, float]:
+    """(lowest, highest) r whose P99 is within ``tol`` of the lowest P99 (NaN P99s ignored).
+
+    The one flatness definition: the oracle's labels, best static and the
+    report all use it. (NaN, NaN) when no P99 is finite.
+    """
     r = np.asarray(ratios, np.float64)
     p = np.asarray(p99_ms, np.float64)
     ok = np.isfinite(p)
     if not ok.any():
-        return float("nan")
-    best = p[ok].min()
-    near = r[ok & (p <= best * (1.0 + tol))]
-    return float(near.max() - near.min())
+        return float("nan"), float("nan")
+    near = r[ok & (p <= p[ok].min() * (1.0 + tol))]
+    return float(near.min()), float(near.max())
+
+
+def flatness(ratios: np.ndarray, p99_ms: np.ndarray, tol: float) -> float:
+    """Width of :func:`flat_band`: how far r can move and keep P99 within ``tol`` of the best."""
+    lo, hi = flat_band(ratios, p99_ms, tol)
+    return hi - lo
 
 
 def window_regret(grid_r: np.ndarray, grid_p99_ms: np.ndarray, ratios: np.ndarray) -> np.ndarray:

@@ -10,12 +10,16 @@ from conftest import small_table
 from helm_plan import arrays as A
 from helm_plan.errors import ConfigError, InputFileError
 from helm_plan.latency.model import build_latency_model, resolve_latency
-from helm_plan.oracle_labels import Labels, write_labels
+from helm_plan.oracle import Labels, OracleConfig, write_labels
+from helm_plan.policies import POLICIES, USAGE, PolicyEnv, PolicyKind, parse_policy
 from helm_plan.profiles import load_gpu, load_model
-from helm_plan.sim import NodeConfig, prepare_context
-from helm_plan.sim.policies import POLICIES, PolicyKind, fill_forward, parse_policy
+from helm_plan.sim import NodeConfig, Observation, fill_forward, prepare_context, simulate_node
 
-USAGE = "use static:R, emb-max, kv-max, best-static or schedule:FILE"
+
+def _ratios(spec, ctx, cfg, env=None):
+    """The ratio per window a spec's policy chose in a whole-trace simulation."""
+    built = parse_policy(spec).build(ctx, cfg, env or PolicyEnv())
+    return simulate_node(ctx, built.policy, cfg).ratios
 
 
 def _ctx():
@@ -35,7 +39,7 @@ def test_registry_lists_every_kind():
 def test_static_family(spec, want):
     ctx = _ctx()
     cfg = NodeConfig(window_s=2.0)
-    r = parse_policy(spec).ratios(ctx, cfg)
+    r = _ratios(spec, ctx, cfg)
     assert len(r) == ctx.n_windows(2.0) and np.all(r == want)
 
 
@@ -76,21 +80,21 @@ def test_schedule_reads_labels_and_checks_windows(tmp_path):
     r = np.linspace(0, 1, n_w)
     r[1] = np.nan
     p = write_labels(_labels(n_w, r, 2.0), tmp_path / "lab.parquet")
-    got = parse_policy(f"schedule:{p}").ratios(ctx, NodeConfig(window_s=2.0))
+    got = _ratios(f"schedule:{p}", ctx, NodeConfig(window_s=2.0))
     want = r.copy()
     want[1] = r[0]
     np.testing.assert_allclose(got, want)
     with pytest.raises(ConfigError, match="made with window_s=2"):
-        parse_policy(f"schedule:{p}").ratios(ctx, NodeConfig(window_s=3.0))
+        _ratios(f"schedule:{p}", ctx, NodeConfig(window_s=3.0))
     p2 = write_labels(_labels(n_w + 1, np.zeros(n_w + 1), 2.0), tmp_path / "lab2.parquet")
     with pytest.raises(ConfigError, match=f"has {n_w + 1} windows but the trace has {n_w}"):
-        parse_policy(f"schedule:{p2}").ratios(ctx, NodeConfig(window_s=2.0))
+        _ratios(f"schedule:{p2}", ctx, NodeConfig(window_s=2.0))
     with pytest.raises(ConfigError, match="not found"):
         parse_policy(f"schedule:{tmp_path / 'none.parquet'}")
     bad = tmp_path / "plain.parquet"
     pl.DataFrame({"x": [1]}).write_parquet(bad)
     with pytest.raises(InputFileError, match="not a helm-plan labels file"):
-        parse_policy(f"schedule:{bad}").ratios(ctx, NodeConfig(window_s=2.0))
+        _ratios(f"schedule:{bad}", ctx, NodeConfig(window_s=2.0))
 
 
 def test_fill_forward():
@@ -99,3 +103,55 @@ def test_fill_forward():
     )
     with pytest.raises(ConfigError, match="no finite ratio"):
         fill_forward(np.array([np.nan]))
+
+
+def test_best_static_and_oracle_specs_use_the_run_searches_when_given():
+    ctx = _ctx()
+    cfg = NodeConfig(window_s=2.0)
+    ocfg = OracleConfig(trials=0, coarse_step=0.5)
+    from helm_plan.oracle import best_static, label_windows
+
+    bs = best_static(ctx, cfg, ocfg)
+    assert np.all(_ratios("best-static", ctx, cfg, PolicyEnv(oracle=ocfg)) == bs.ratio)
+    lab = label_windows(ctx, cfg, ocfg)
+    env = PolicyEnv(oracle=ocfg, labels=lab)
+    np.testing.assert_array_equal(_ratios("oracle", ctx, cfg, env), fill_forward(lab.r_star))
+    assert parse_policy("naive-adaptive").build(ctx, cfg, env).refill == "eager"
+    assert parse_policy("adaptive").build(ctx, cfg, env).refill == "throttled"
+    assert parse_policy("oracle").build(ctx, cfg, env).refill is None
+
+
+class _Echo:
+    """A closed-loop policy that records what it observed and answers 0.1 * window."""
+
+    def __init__(self):
+        self.seen = []
+
+    def reset(self):
+        self.seen.clear()
+
+    def decide(self, obs):
+        self.seen.append(obs)
+        return min(0.1 * obs.window, 1.0)
+
+    spec = "echo"
+
+
+def test_policy_sees_only_the_past():
+    from helm_plan.sim.policy import Policy
+
+    ctx = _ctx()
+    cfg = NodeConfig(window_s=2.0)
+    pol = _Echo()
+    Policy.register(_Echo)
+    res = simulate_node(ctx, pol, cfg)
+    n_w = ctx.n_windows(2.0)
+    assert [o.window for o in pol.seen] == list(range(n_w))
+    assert pol.seen[0].last is None and pol.seen[0].features == {}
+    for w in range(1, n_w):
+        o = pol.seen[w]
+        assert isinstance(o, Observation)
+        assert o.last.window == w - 1 and o.ratio == res.ratios[w - 1]
+        # the observed window's requests all arrived before the boundary
+        assert o.last.requests == 0 or ctx.arrays.ts_s[o.last.first + o.last.requests - 1] < w * 2.0
+        assert o.features["arrival_rate_rps"] == o.last.requests / 2.0

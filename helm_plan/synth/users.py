@@ -42,14 +42,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from helm_plan import regimes
-
-if TYPE_CHECKING:
-    from helm_plan.synth import SynthConfig
+from helm_plan.synth.config import SynthConfig
 
 #: Expected requests per generation segment (fixed: the trace depends on it).
 SEGMENT_REQUESTS = 1 << 16

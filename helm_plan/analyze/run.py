@@ -1,7 +1,7 @@
 """``helm-plan analyze``: the end-to-end pipeline with a resumable stage cache.
 
 Stages run in order: ``inspect`` → ``curves`` → ``oracle`` → ``policies`` →
-``report`` (see :mod:`helm_plan.analyze_stages`). Each finished stage is
+``report`` (see :mod:`helm_plan.analyze.stages`). Each finished stage is
 stored atomically in ``DIR/.stages/<stage>-<key>.{json,parquet}``, where
 ``key`` is a SHA-256 over the trace's SHA-256, the resolved profile contents,
 the stage's config and the keys of the upstream stages it reads. A rerun with
@@ -22,14 +22,17 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from helm_plan import io, trace
-from helm_plan.analyze_stages import (
+from helm_plan import exec as executors
+from helm_plan import io, synth, trace
+from helm_plan.analyze.config import AnalyzeConfig
+from helm_plan.analyze.stage_cache import StageCache, stable_hash, versions
+from helm_plan.analyze.stages import (
     StageOutput,
     labels_tables,
     latency_table,
@@ -38,144 +41,23 @@ from helm_plan.analyze_stages import (
     stage_oracle,
     stage_policies,
 )
-from helm_plan.cache.curves import CurvesConfig
-from helm_plan.config import from_dict, require_positive, require_range
-from helm_plan.errors import ConfigError
-from helm_plan.oracle import OracleConfig
-from helm_plan.oracle_labels import read_labels, write_labels
+from helm_plan.exec import Progress
+from helm_plan.oracle import read_labels, write_labels
 from helm_plan.report import html as report_html
 from helm_plan.report.store import RunData, write_store
 from helm_plan.report.summary import build_summary
-from helm_plan.sim.context import NodeContext
-from helm_plan.sim.node import DEFAULT_SLO_MS, DEFAULT_WINDOW_S, NodeConfig
-from helm_plan.stage_cache import StageCache, stable_hash, versions
+from helm_plan.sim import NodeContext, load_context
 from helm_plan.synth import SynthConfig
 
-Progress = Callable[[int, int], None]
 ProgressFactory = Callable[[str], AbstractContextManager[Progress]]
 STAGES = ("inspect", "curves", "oracle", "policies", "report")
 """Pipeline stages in run order."""
 STAGE_VERSION = "1"
 """Bump to invalidate every cached stage (a change in what a stage computes)."""
 
-DEMO_SYNTH = SynthConfig(
-    regime="mixed", qps=100.0, duration_s=120.0, items=2_000_000, zipf_alpha=0.7,
-    candidates=64, max_seq_len=2048, cold_history_mean=150.0, session_share=0.9,
-    revisit_gap_s=5.0, drift_ranks=20_000, burst_factor=3.0, burst_len_frac=0.06, bursts=4,
-    burst_hot_items=2_000, seed=0,
-)  # fmt: skip
-"""The embedded demo workload: steady, trend and burst thirds (seeded)."""
-DEMO_POOL_FRACTION = 0.1
-"""Demo pool as a share of the demo trace's EMB+KV footprint, so the caches compete."""
-DEMO_TRIALS = 6
-"""Optuna trials per window for the demo (on top of the 11-point coarse grid)."""
-DEMO_SLO_MS = 1.0
-"""Demo P99 SLO: the demo node serves in well under a millisecond, so a 1 ms SLO is tight."""
-
-
-@dataclass(frozen=True)
-class AnalyzeConfig:
-    """Top-level options of ``helm-plan analyze`` (plan file section ``[analyze]``)."""
-
-    gpu: str = "a100-80g"
-    """GPU profile name or TOML path."""
-    model: str = "gr-small"
-    """Model profile name or TOML path."""
-    latency: str | None = None
-    """Latency profile name or TOML path (None = the shipped GPU_MODEL profile or a roofline)."""
-    slo_ms: float = DEFAULT_SLO_MS
-    """P99 latency SLO, milliseconds."""
-    window_s: float = DEFAULT_WINDOW_S
-    """Window length, seconds (curves, oracle and policies)."""
-    pool_bytes: int | None = None
-    """Cache pool in bytes (None = HBM minus weights and reserve)."""
-    pool_fraction: float | None = None
-    """Cache pool as a share of the trace's EMB+KV footprint (overrides HBM sizing)."""
-    seed: int = 0
-    """Seed for candidate draws, Optuna studies and the bootstrap."""
-    workers: int = 1
-    """Worker processes for oracle windows and static sweeps (0 = all cores)."""
-    n_boot: int = 1000
-    """Bootstrap resamples (over windows) of the value-of-adaptivity CI."""
-    confidence: float = 0.95
-    """Confidence level of the bootstrap CI."""
-    node: NodeConfig = field(default_factory=NodeConfig)
-    """Node simulator settings (plan section ``[node]``; slo_ms/window_s come from here)."""
-    oracle: OracleConfig = field(default_factory=lambda: OracleConfig(**ORACLE_DEFAULTS))
-    """Oracle settings (plan section ``[oracle]``; seed/workers come from here)."""
-    curves: CurvesConfig = field(default_factory=CurvesConfig)
-    """Curve settings (plan section ``[curves]``; window_s comes from here)."""
-
-    def __post_init__(self) -> None:
-        require_positive("slo_ms", self.slo_ms)
-        require_positive("window_s", self.window_s)
-        require_range("confidence", self.confidence, 0.5, 0.999)
-        if self.n_boot < 10:
-            raise ConfigError(f"n_boot must be >= 10, got {self.n_boot}")
-        if self.seed < 0 or self.workers < 0:
-            raise ConfigError("seed and workers must be >= 0")
-        # One source of truth for shared settings: propagate into the stage configs.
-        node = dataclasses.replace(self.node, slo_ms=self.slo_ms, window_s=self.window_s)
-        oracle = dataclasses.replace(self.oracle, seed=self.seed, workers=self.workers)
-        curves = dataclasses.replace(self.curves, window_s=self.window_s)
-        object.__setattr__(self, "node", node)
-        object.__setattr__(self, "oracle", oracle)
-        object.__setattr__(self, "curves", curves)
-
-
-_SECTIONS = {"node": NodeConfig, "oracle": OracleConfig, "curves": CurvesConfig}
-ORACLE_DEFAULTS: dict[str, Any] = {"warmup": "carry"}
-"""analyze labels windows from the carried state by default: its adaptive policies replay the
-oracle schedule on a running node, and labels from cold caches and an idle queue misjudge that
-node badly near saturation (a 1.2M-request mixed trace at rho~0.9: the oracle schedule came out
-48% worse than the best static split with ``window`` labels, 0.7% worse with ``carry``)."""
-_OWNED = {"node": ("slo_ms", "window_s"), "oracle": ("seed", "workers"), "curves": ("window_s",)}
-
-
-def build_config(
-    plan: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None
-) -> AnalyzeConfig:
-    """AnalyzeConfig from plan sections (``[analyze]``, ``[node]``, ``[oracle]``, ``[curves]``)
-    with ``overrides`` (CLI flags; None values ignored) applied on top of ``[analyze]``."""
-    plan = dict(plan or {})
-    unknown = sorted(set(plan) - {"analyze", "demo", *_SECTIONS})
-    if unknown:
-        raise ConfigError(
-            f"unknown plan section [{unknown[0]}]",
-            hint="valid sections: [analyze], [node], [oracle], [curves], [demo]",
-        )
-    top = dict(plan.get("analyze", {}))
-    top.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    subs: dict[str, Any] = {}
-    for name, cls in _SECTIONS.items():
-        sec = dict(plan.get(name, {}))
-        for k in _OWNED[name]:
-            if k in sec:
-                raise ConfigError(
-                    f"[{name}] {k} is set in [analyze]", hint=f"move {k} to [analyze]"
-                )
-        if name == "oracle":
-            sec = {**ORACLE_DEFAULTS, **sec}
-        subs[name] = from_dict(cls, sec, section=name)
-    if any(k in top for k in _SECTIONS):
-        raise ConfigError("nested options belong in their own plan sections")
-    cfg = from_dict(AnalyzeConfig, top, section="analyze")
-    return dataclasses.replace(cfg, **subs)
-
-
-def demo_plan(plan: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``plan`` with the demo defaults (pool fraction, oracle trials) where it sets none."""
-    out = {k: dict(v) for k, v in (plan or {}).items()}
-    out.setdefault("analyze", {}).setdefault("pool_fraction", DEMO_POOL_FRACTION)
-    out["analyze"].setdefault("slo_ms", DEMO_SLO_MS)
-    out.setdefault("oracle", {}).setdefault("trials", DEMO_TRIALS)
-    return out
-
 
 def prepare_demo(out_dir: str | Path, synth_cfg: SynthConfig) -> Path:
     """Write the demo trace into ``out_dir`` (reused when an identical one is there)."""
-    from helm_plan import synth_like
-
     path = Path(out_dir) / f"demo-{stable_hash(asdict(synth_cfg))[:8]}.parquet"
     if path.is_file():
         with contextlib.suppress(Exception):
@@ -183,16 +65,8 @@ def prepare_demo(out_dir: str | Path, synth_cfg: SynthConfig) -> Path:
                 json.dumps(asdict(synth_cfg), default=str)
             ):
                 return path
-    synth_like.write(synth_cfg, path)
+    synth.write(synth_cfg, path)
     return path
-
-
-def demo_synth_config(plan: dict[str, Any] | None = None, seed: int | None = None) -> SynthConfig:
-    """The demo trace's SynthConfig: DEMO_SYNTH with plan ``[demo]`` keys and ``seed`` applied."""
-    sec = dict((plan or {}).get("demo", {}))
-    if seed is not None:
-        sec["seed"] = seed
-    return from_dict(SynthConfig, {**asdict(DEMO_SYNTH), **sec}, section="demo")
 
 
 @dataclass(frozen=True)
@@ -244,28 +118,23 @@ def run_analyze(
     command: str = "",
 ) -> AnalyzeResult:
     """Run every stage on ``trace_path`` into ``out_dir`` (reusing finished stages)."""
-    from helm_plan import arrays as arr
-    from helm_plan.latency.model import build_latency_model, resolve_latency
-    from helm_plan.profiles import load_gpu, load_model
-    from helm_plan.sim.context import prepare_context
-
     pf = progress_factory or _null_factory
     out = Path(out_dir)
     tpath = Path(trace_path)
-    table = trace.read(tpath)  # validates: a bad trace fails before any work
-    sha = trace.sha256(tpath)
-    gpu, model = load_gpu(cfg.gpu), load_model(cfg.model)
-    lat_prof = resolve_latency(gpu, model, cfg.latency)
-    lat = build_latency_model(gpu, model, lat_prof)
-    ctx: NodeContext = prepare_context(
-        arr.from_table(table, seed=cfg.seed), gpu, model, lat,
-        pool_bytes=cfg.pool_bytes, pool_fraction=cfg.pool_fraction,
+    # validates the trace: a bad one fails before any work
+    ctx = load_context(
+        tpath, gpu=cfg.gpu, model=cfg.model, latency=cfg.latency,
+        pool_bytes=cfg.pool_bytes, pool_fraction=cfg.pool_fraction, seed=cfg.seed,
     )  # fmt: skip
+    sha = trace.sha256(tpath)
+    gpu, model, lat_prof = ctx.gpu, ctx.model, ctx.latency_profile
+    assert lat_prof is not None  # load_context always resolves one
+    executor = executors.local(cfg.workers)
     base = {"v": STAGE_VERSION, "trace": sha, "gpu": asdict(gpu), "model": asdict(model),
             "latency": asdict(lat_prof), "pool": ctx.pool_bytes, "seed": cfg.seed}  # fmt: skip
     keys = {"inspect": stable_hash({**base, "stage": "inspect"})}
     keys["curves"] = stable_hash({**base, "stage": "curves", "cfg": asdict(cfg.curves)})
-    ocfg = dataclasses.replace(cfg.oracle, workers=0)  # workers never change results
+    ocfg = cfg.oracle  # the executor never changes results, so it is not in the key
     keys["oracle"] = stable_hash(
         {**base, "stage": "oracle", "node": asdict(cfg.node), "cfg": asdict(ocfg)}
     )
@@ -303,13 +172,13 @@ def run_analyze(
             labels = read_labels(lab_path)
     with stage("oracle", labels is not None) as tick:
         if labels is None:
-            labels = stage_oracle(ctx, cfg.node, cfg.oracle, tick)
+            labels = stage_oracle(ctx, cfg.node, cfg.oracle, tick, executor)
             write_labels(labels, lab_path)
         else:
             tick(1, 1)
     cached_or("policies", lambda tick: stage_policies(
         ctx, cfg.node, cfg.oracle, labels, n_boot=cfg.n_boot, confidence=cfg.confidence,
-        seed=cfg.seed, progress=tick))  # fmt: skip
+        seed=cfg.seed, progress=tick, executor=executor))  # fmt: skip
 
     t_rep = time.perf_counter()
     with pf("report") as tick:

@@ -10,7 +10,7 @@ from helm_plan import arrays as A
 from helm_plan.errors import ConfigError
 from helm_plan.latency.model import build_latency_model, resolve_latency
 from helm_plan.oracle import OracleConfig, label_windows
-from helm_plan.oracle_labels import grid_suffix
+from helm_plan.oracle.labels import grid_suffix
 from helm_plan.profiles import load_gpu, load_model
 from helm_plan.sim import NodeConfig, prepare_context, simulate_node
 

@@ -1,6 +1,6 @@
 """Writing synthetic traces (streamed, atomic, with provenance) and ``synth --like``.
 
-:func:`write` streams :func:`helm_plan.synth.iter_chunks` to parquet one row
+:func:`write` streams :func:`helm_plan.synth.core.iter_chunks` to parquet one row
 group at a time; the generator itself streams in time order, so memory stays at
 one row group, one generation segment and O(users) carried state, whatever the
 number of requests.
@@ -41,10 +41,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from helm_plan import io, trace
+from helm_plan._version import __version__
 from helm_plan.config import require_positive
 from helm_plan.errors import ConfigError, TraceError
 from helm_plan.inspect import ZIPF_MIN_COUNT, Progress, TraceStats, inspect_trace
-from helm_plan.synth import MAX_ITEMS, ROW_GROUP_ROWS, SynthConfig, iter_chunks, plan
+from helm_plan.synth.config import MAX_ITEMS, ROW_GROUP_ROWS, SynthConfig
+from helm_plan.synth.core import iter_chunks, plan
 
 _Z90 = 1.2815515655446004  # standard normal 90th percentile
 
@@ -67,7 +69,6 @@ class SynthResult:
 
 def provenance(cfg: SynthConfig, like: dict[str, Any] | None = None) -> dict[str, Any]:
     """Provenance stored in the file metadata of a synthetic trace."""
-    from helm_plan import __version__
 
     prov: dict[str, Any] = {
         "source": "synth",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from helm_plan.errors import ConfigError
-from helm_plan.sim.sensitivity import (
+from helm_plan.oracle.sensitivity import (
     adaptivity_ci,
     flatness,
     ratio_distance,
@@ -20,9 +20,9 @@ def test_regret_distance_flatness_by_hand():
     np.testing.assert_allclose(ratio_distance([0.2, 0.7], [0.5, 0.5]), [0.3, 0.2])
     r = np.array([0.0, 0.1, 0.2, 0.3, 0.4])
     p = np.array([5.0, 1.01, 1.0, 1.02, 1.03])
-    assert flatness(r, p) == pytest.approx(0.2)  # 0.1..0.3 are within 2% of 1.0
+    assert flatness(r, p, 0.02) == pytest.approx(0.2)  # 0.1..0.3 are within 2% of 1.0
     assert flatness(r, p, tol=0.05) == pytest.approx(0.3)
-    assert np.isnan(flatness(r, np.full(5, np.nan)))
+    assert np.isnan(flatness(r, np.full(5, np.nan), 0.02))
 
 
 def test_window_regret_interpolates_the_grid():

@@ -16,7 +16,8 @@ from typing import Any
 import polars as pl
 
 from helm_plan import io
-from helm_plan.analyze_stages import StageOutput
+from helm_plan._version import __version__
+from helm_plan.analyze.stages import StageOutput
 
 VERSION_PACKAGES = ("numpy", "numba", "polars", "duckdb", "pyarrow", "optuna", "scipy", "torch",
                     "plotly")  # fmt: skip
@@ -24,7 +25,6 @@ VERSION_PACKAGES = ("numpy", "numba", "polars", "duckdb", "pyarrow", "optuna", "
 
 def versions() -> dict[str, str]:
     """Versions of Python, helm-plan and the numeric stack (without importing them)."""
-    from helm_plan import __version__
 
     out = {"python": platform.python_version(), "helm-plan": __version__}
     for p in VERSION_PACKAGES:

@@ -1,17 +1,27 @@
 """The oracle's search over r: coarse grid, seeded Optuna study, or exhaustive grid.
 
-Split from :mod:`helm_plan.oracle`; see its docstring for the procedure.
+1. the coarse grid (``coarse_step``, default 0.0..1.0 step 0.1) is always
+   evaluated: the label table stores it for the controller's training
+   environment;
+2. a seeded Optuna study (TPE by default, GP optional) is warm-started with
+   those points (``study.add_trial``) and runs ``trials`` more trials on the
+   ``ratio_step`` lattice (default 0.01; repeated suggestions are memoised,
+   so the evaluations may be fewer than ``trials`` + grid);
+3. or, with ``grid_step``, an exhaustive grid replaces Optuna (validation).
+
+``r*`` is the evaluated r with the lowest P99; ties go to the higher SLO
+attainment, then the smaller r. Optuna's own logging is set to WARNING.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from helm_plan.oracle import OracleConfig
+from helm_plan.oracle.config import OracleConfig
+from helm_plan.oracle.sensitivity import flat_band
 
 
 def ratio_grid(step: float) -> np.ndarray:
@@ -24,6 +34,7 @@ def ratio_grid(step: float) -> np.ndarray:
 
 
 def seed_for(seed: int, tag: int) -> int:
+    """A task's seed from the base seed and its index (independent of worker count)."""
     return int(np.random.SeedSequence([seed, tag]).generate_state(1)[0])
 
 
@@ -82,8 +93,6 @@ def best_of(
 ) -> tuple[float, float, float, float]:
     """(r*, flatness, r_flat_lo, r_flat_hi) from all evaluations."""
     r_star = min(evals, key=lambda r: (*_key(evals[r]), r))
-    best = evals[r_star][0]
-    if not np.isfinite(best):
-        return r_star, float("nan"), float("nan"), float("nan")
-    flat = [r for r, (p, _) in evals.items() if np.isfinite(p) and p <= best * (1.0 + tol)]
-    return r_star, max(flat) - min(flat), min(flat), max(flat)
+    rs = list(evals)
+    lo, hi = flat_band(np.array(rs), np.array([evals[r][0] for r in rs]), tol)
+    return r_star, hi - lo, lo, hi

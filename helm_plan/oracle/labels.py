@@ -6,9 +6,9 @@ One row per window (DESIGN.md, Oracle). Columns, in order:
   ``warmup_start_s`` (start of the span the caches were warmed on);
 - observable features (what a server measures online; computed from the
   trace, independent of ``r`` unless noted):
-  ``arrival_rate_rps``; ``rate_trend`` (rate / previous window's rate - 1,
+  (:func:`helm_plan.sim.metrics.window_features`) ``arrival_rate_rps``; ``rate_trend`` (rate / previous window's rate - 1,
   0 for window 0); ``burst_score`` (rate / mean rate of up to
-  ``BURST_TRAILING`` previous windows, 1 for window 0); ``interarrival_cv``
+  ``BURST_TRAILING`` (6) previous windows, 1 for window 0); ``interarrival_cv``
   (std/mean of inter-arrival gaps, NaN under 3 requests);
   ``cold_user_share`` (share of requests that are their user's first in the
   trace); ``hist_len_mean``, ``hist_len_p95`` (context length L, tokens);
@@ -48,8 +48,6 @@ from helm_plan import io
 from helm_plan.errors import InputFileError
 
 LABELS_SCHEMA_VERSION = "1"
-BURST_TRAILING = 6
-"""Windows in the trailing mean of the burst score."""
 GRID_METRICS = ("p99_ms", "slo_att", "emb_hit", "kv_reuse")
 """Prefixes of the coarse-grid columns."""
 REQUIRED_COLUMNS = ("window", "start_s", "end_s", "requests", "r_star", "p99_ms", "slo_attainment")
@@ -81,48 +79,6 @@ class Labels:
         """(windows, grid points) array of one grid metric."""
         cols = [f"{metric}_{grid_suffix(r)}" for r in self.coarse_grid]
         return self.table.select(cols).to_numpy()
-
-
-def window_features(
-    ts_s: np.ndarray,
-    edges: np.ndarray,
-    window_s: float,
-    first_visit: np.ndarray,
-    ctx_len: np.ndarray,
-) -> dict[str, np.ndarray]:
-    """Trace-only observable features per window (rate, trend, burst, CV, cold share, history)."""
-    n_w = len(edges) - 1
-    cnt = np.diff(edges).astype(np.float64)
-    rate = cnt / window_s
-    trend = np.zeros(n_w)
-    burst = np.ones(n_w)
-    cv = np.full(n_w, np.nan)
-    cold = np.full(n_w, np.nan)
-    hmean = np.full(n_w, np.nan)
-    h95 = np.full(n_w, np.nan)
-    for w in range(n_w):
-        s, e = int(edges[w]), int(edges[w + 1])
-        if w > 0:
-            trend[w] = rate[w] / rate[w - 1] - 1.0 if rate[w - 1] > 0 else 0.0
-            tm = rate[max(0, w - BURST_TRAILING) : w].mean()
-            burst[w] = rate[w] / tm if tm > 0 else 1.0
-        if e - s >= 3:
-            gaps = np.diff(ts_s[s:e])
-            mu = gaps.mean()
-            cv[w] = gaps.std() / mu if mu > 0 else 0.0
-        if e > s:
-            cold[w] = float(first_visit[s:e].mean())
-            hmean[w] = float(ctx_len[s:e].mean())
-            h95[w] = float(np.percentile(ctx_len[s:e], 95))
-    return {
-        "arrival_rate_rps": rate,
-        "rate_trend": trend,
-        "burst_score": burst,
-        "interarrival_cv": cv,
-        "cold_user_share": cold,
-        "hist_len_mean": hmean,
-        "hist_len_p95": h95,
-    }
 
 
 def write_labels(labels: Labels, path: str | os.PathLike[str]) -> Path:

@@ -9,11 +9,12 @@ import pytest
 from conftest import small_table
 
 from helm_plan import arrays as A
+from helm_plan import exec as executors
 from helm_plan.cache import core
 from helm_plan.errors import ConfigError, InputFileError
 from helm_plan.latency.model import build_latency_model, resolve_latency
 from helm_plan.oracle import OracleConfig, best_static, label_windows, read_labels, write_labels
-from helm_plan.oracle_labels import grid_suffix
+from helm_plan.oracle.labels import grid_suffix
 from helm_plan.profiles import load_gpu, load_model
 from helm_plan.sim import NodeConfig, prepare_context, simulate_node
 
@@ -107,8 +108,11 @@ def test_determinism_and_worker_independence():
     oc = OracleConfig(trials=8, seed=11)
     a = label_windows(ctx, CFG, oc)
     b = label_windows(ctx, CFG, oc)
-    c = label_windows(ctx, CFG, dataclasses.replace(oc, workers=2))
+    c = label_windows(ctx, CFG, oc, executor=executors.local(2))
     assert a.table.equals(b.table) and a.table.equals(c.table)
+    bs1 = best_static(ctx, CFG, oc)
+    bs2 = best_static(ctx, CFG, oc, executor=executors.local(2))
+    assert bs1.ratio == bs2.ratio and bs1.evaluated.equals(bs2.evaluated)
     d = label_windows(ctx, CFG, dataclasses.replace(oc, seed=12))
     assert d.table.height == a.table.height  # another seed may pick other r* on flat windows
 

@@ -1,0 +1,44 @@
+"""``helm-plan analyze``: the staged, resumable end-to-end run (DESIGN.md, Pipeline).
+
+:func:`run_analyze` runs inspect → curves → oracle → policies → report on a
+trace into a run directory; :func:`build_config` turns a TOML plan file and
+CLI overrides into an :class:`AnalyzeConfig`.
+"""
+
+from __future__ import annotations
+
+from helm_plan.analyze.config import (
+    DEMO_POOL_FRACTION,
+    DEMO_SLO_MS,
+    DEMO_SYNTH,
+    DEMO_TRIALS,
+    ORACLE_DEFAULTS,
+    AnalyzeConfig,
+    build_config,
+    demo_plan,
+    demo_synth_config,
+)
+from helm_plan.analyze.run import (
+    STAGES,
+    AnalyzeResult,
+    StageRun,
+    prepare_demo,
+    run_analyze,
+)
+
+__all__ = [
+    "DEMO_POOL_FRACTION",
+    "DEMO_SLO_MS",
+    "DEMO_SYNTH",
+    "DEMO_TRIALS",
+    "ORACLE_DEFAULTS",
+    "STAGES",
+    "AnalyzeConfig",
+    "AnalyzeResult",
+    "StageRun",
+    "build_config",
+    "demo_plan",
+    "demo_synth_config",
+    "prepare_demo",
+    "run_analyze",
+]

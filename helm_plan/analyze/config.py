@@ -1,0 +1,136 @@
+"""Options of ``helm-plan analyze``: the top-level config, plan-file sections and the demo."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from helm_plan.cache.curves import CurvesConfig
+from helm_plan.config import from_dict, require_int, require_positive, require_range
+from helm_plan.errors import ConfigError
+from helm_plan.oracle import OracleConfig
+from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL
+from helm_plan.sim import DEFAULT_SLO_MS, DEFAULT_WINDOW_S, NodeConfig
+from helm_plan.synth import SynthConfig
+
+DEMO_SYNTH = SynthConfig(
+    regime="mixed", qps=100.0, duration_s=120.0, items=2_000_000, zipf_alpha=0.7,
+    candidates=64, max_seq_len=2048, cold_history_mean=150.0, session_share=0.9,
+    revisit_gap_s=5.0, drift_ranks=20_000, burst_factor=3.0, burst_len_frac=0.06, bursts=4,
+    burst_hot_items=2_000, seed=0,
+)  # fmt: skip
+"""The embedded demo workload: steady, trend and burst thirds (seeded)."""
+DEMO_POOL_FRACTION = 0.1
+"""Demo pool as a share of the demo trace's EMB+KV footprint, so the caches compete."""
+DEMO_TRIALS = 6
+"""Optuna trials per window for the demo (on top of the 11-point coarse grid)."""
+DEMO_SLO_MS = 1.0
+"""Demo P99 SLO: the demo node serves in well under a millisecond, so a 1 ms SLO is tight."""
+
+
+@dataclass(frozen=True)
+class AnalyzeConfig:
+    """Top-level options of ``helm-plan analyze`` (plan file section ``[analyze]``)."""
+
+    gpu: str = DEFAULT_GPU
+    """GPU profile name or TOML path."""
+    model: str = DEFAULT_MODEL
+    """Model profile name or TOML path."""
+    latency: str | None = None
+    """Latency profile name or TOML path (None = the shipped GPU_MODEL profile or a roofline)."""
+    slo_ms: float = DEFAULT_SLO_MS
+    """P99 latency SLO, milliseconds."""
+    window_s: float = DEFAULT_WINDOW_S
+    """Window length, seconds (curves, oracle and policies)."""
+    pool_bytes: int | None = None
+    """Cache pool in bytes (None = HBM minus weights and reserve)."""
+    pool_fraction: float | None = None
+    """Cache pool as a share of the trace's EMB+KV footprint (overrides HBM sizing)."""
+    seed: int = 0
+    """Seed for candidate draws, Optuna studies and the bootstrap."""
+    workers: int = 1
+    """Worker processes for oracle windows and static sweeps (0 = all cores)."""
+    n_boot: int = 1000
+    """Bootstrap resamples (over windows) of the value-of-adaptivity CI."""
+    confidence: float = 0.95
+    """Confidence level of the bootstrap CI."""
+    node: NodeConfig = field(default_factory=NodeConfig)
+    """Node simulator settings (plan section ``[node]``; slo_ms/window_s come from here)."""
+    oracle: OracleConfig = field(default_factory=lambda: OracleConfig(**ORACLE_DEFAULTS))
+    """Oracle settings (plan section ``[oracle]``; seed/workers come from here)."""
+    curves: CurvesConfig = field(default_factory=CurvesConfig)
+    """Curve settings (plan section ``[curves]``; window_s comes from here)."""
+
+    def __post_init__(self) -> None:
+        require_positive("slo_ms", self.slo_ms)
+        require_positive("window_s", self.window_s)
+        require_range("confidence", self.confidence, 0.5, 0.999)
+        if self.n_boot < 10:
+            raise ConfigError(f"n_boot must be >= 10, got {self.n_boot}")
+        require_int("seed", self.seed, 0)
+        require_int("workers", self.workers, 0)
+        # One source of truth for shared settings: propagate into the stage configs.
+        node = dataclasses.replace(self.node, slo_ms=self.slo_ms, window_s=self.window_s)
+        oracle = dataclasses.replace(self.oracle, seed=self.seed)
+        curves = dataclasses.replace(self.curves, window_s=self.window_s, seed=self.seed)
+        object.__setattr__(self, "node", node)
+        object.__setattr__(self, "oracle", oracle)
+        object.__setattr__(self, "curves", curves)
+
+
+_SECTIONS = {"node": NodeConfig, "oracle": OracleConfig, "curves": CurvesConfig}
+ORACLE_DEFAULTS: dict[str, Any] = {"warmup": "carry"}
+"""analyze labels windows from the carried state by default: its adaptive policies replay the
+oracle schedule on a running node, and labels from cold caches and an idle queue misjudge that
+node badly near saturation (a 1.2M-request mixed trace at rho~0.9: the oracle schedule came out
+48% worse than the best static split with ``window`` labels, 0.7% worse with ``carry``)."""
+_OWNED = {"node": ("slo_ms", "window_s"), "oracle": ("seed",), "curves": ("window_s", "seed")}
+
+
+def build_config(
+    plan: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None
+) -> AnalyzeConfig:
+    """AnalyzeConfig from plan sections (``[analyze]``, ``[node]``, ``[oracle]``, ``[curves]``)
+    with ``overrides`` (CLI flags; None values ignored) applied on top of ``[analyze]``."""
+    plan = dict(plan or {})
+    unknown = sorted(set(plan) - {"analyze", "demo", *_SECTIONS})
+    if unknown:
+        raise ConfigError(
+            f"unknown plan section [{unknown[0]}]",
+            hint="valid sections: [analyze], [node], [oracle], [curves], [demo]",
+        )
+    top = dict(plan.get("analyze", {}))
+    top.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    subs: dict[str, Any] = {}
+    for name, cls in _SECTIONS.items():
+        sec = dict(plan.get(name, {}))
+        for k in _OWNED[name]:
+            if k in sec:
+                raise ConfigError(
+                    f"[{name}] {k} is set in [analyze]", hint=f"move {k} to [analyze]"
+                )
+        if name == "oracle":
+            sec = {**ORACLE_DEFAULTS, **sec}
+        subs[name] = from_dict(cls, sec, section=name)
+    if any(k in top for k in _SECTIONS):
+        raise ConfigError("nested options belong in their own plan sections")
+    cfg = from_dict(AnalyzeConfig, top, section="analyze")
+    return dataclasses.replace(cfg, **subs)
+
+
+def demo_plan(plan: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``plan`` with the demo defaults (pool fraction, oracle trials) where it sets none."""
+    out = {k: dict(v) for k, v in (plan or {}).items()}
+    out.setdefault("analyze", {}).setdefault("pool_fraction", DEMO_POOL_FRACTION)
+    out["analyze"].setdefault("slo_ms", DEMO_SLO_MS)
+    out.setdefault("oracle", {}).setdefault("trials", DEMO_TRIALS)
+    return out
+
+
+def demo_synth_config(plan: dict[str, Any] | None = None, seed: int | None = None) -> SynthConfig:
+    """The demo trace's SynthConfig: DEMO_SYNTH with plan ``[demo]`` keys and ``seed`` applied."""
+    sec = dict((plan or {}).get("demo", {}))
+    if seed is not None:
+        sec["seed"] = seed
+    return from_dict(SynthConfig, {**asdict(DEMO_SYNTH), **sec}, section="demo")

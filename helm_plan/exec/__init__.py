@@ -1,0 +1,27 @@
+"""The executor seam: map a task over items, locally or (later) on a cluster.
+
+Every embarrassingly parallel loop of the pipeline (oracle windows, static
+sweeps, capacity bisection points, controller validation traces) calls
+``executor.map(fn, items, shared=..., progress=...)``:
+
+- ``fn(shared, item)`` is a module-level function (picklable by reference);
+- ``shared`` is sent to each worker once, not once per task (trace arrays,
+  the node context);
+- results come back in item order, whatever order tasks finish in, so the
+  answer is identical for any backend and worker count as long as ``fn`` is
+  deterministic in ``(shared, item)`` (seed tasks from their index, never from
+  a global RNG);
+- ``progress(done, total)`` is called as tasks complete.
+
+Backends: :class:`SerialExecutor` (in process) and :class:`ProcessExecutor`
+(``spawn`` worker processes); :func:`local` picks one from a worker count.
+A task that raises stops the map and the error propagates to the caller,
+named by its task (``TaskError`` wraps non-library exceptions).
+"""
+
+from __future__ import annotations
+
+from helm_plan.exec.base import Executor, Progress, TaskError
+from helm_plan.exec.local import ProcessExecutor, SerialExecutor, local
+
+__all__ = ["Executor", "ProcessExecutor", "Progress", "SerialExecutor", "TaskError", "local"]

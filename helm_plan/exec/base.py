@@ -1,0 +1,49 @@
+"""The executor protocol and the choice of a local backend."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from helm_plan.errors import HelmPlanError
+
+T = TypeVar("T")
+R = TypeVar("R")
+Progress = Callable[[int, int], None]
+
+
+class TaskError(HelmPlanError):
+    """A task failed with an unexpected exception; the message names the task."""
+
+    exit_code = 1
+
+
+class Executor(ABC):
+    """Maps ``fn(shared, item)`` over items; results in item order."""
+
+    @property
+    @abstractmethod
+    def workers(self) -> int:
+        """How many tasks may run at once."""
+
+    @abstractmethod
+    def map(
+        self,
+        fn: Callable[[Any, T], R],
+        items: Sequence[T],
+        *,
+        shared: Any = None,
+        progress: Progress | None = None,
+        label: Callable[[T], str] | None = None,
+    ) -> list[R]:
+        """``[fn(shared, it) for it in items]``; ``label(item)`` names a failed task."""
+
+
+def task_error(exc: BaseException, what: str) -> BaseException:
+    """A library error passes through with the task named; anything else is wrapped."""
+    if isinstance(exc, HelmPlanError):
+        exc.args = (f"{what}: {exc.args[0]}" if exc.args else what, *exc.args[1:])
+        return exc
+    return TaskError(f"{what} failed: {type(exc).__name__}: {exc}",
+                     hint="a bug; rerun with --debug for the traceback")  # fmt: skip
