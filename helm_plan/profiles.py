@@ -45,6 +45,35 @@ class GpuProfile:
     """Where the numbers come from."""
 
 
+TABLE_KEYS = ("identity", "hash")
+"""How an item id maps to a table row: the item itself, or a deterministic hash into the rows."""
+
+
+@dataclass(frozen=True)
+class EmbTable:
+    """One embedding table of a model (DESIGN.md, Embedding tables)."""
+
+    name: str
+    """Table name (item, category, seller, ...)."""
+    dim: int
+    """Embedding dimension."""
+    dtype_bytes: int
+    """Bytes per element."""
+    rows: int = 0
+    """Cardinality; 0 = one row per distinct item id (identity key)."""
+    per_history_token: int = 1
+    """Lookups of this table per history token (0 or 1)."""
+    per_candidate: int = 1
+    """Lookups of this table per candidate (0 or 1)."""
+    key: str = "identity"
+    """identity (row = item id) or hash (row = hash(item, table) mod rows)."""
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row."""
+        return self.dim * self.dtype_bytes
+
+
 @dataclass(frozen=True)
 class ModelProfile:
     """One HSTU-like generative recommender."""
@@ -55,12 +84,6 @@ class ModelProfile:
     """Transformer (HSTU) layers."""
     d_model: int
     """Hidden size."""
-    emb_dim: int
-    """Embedding dimension of one sparse feature."""
-    emb_features_per_token: int
-    """Sparse features looked up per history token (one EMB row holds them all)."""
-    emb_dtype_bytes: int
-    """Bytes per embedding element."""
     kv_dtype_bytes: int
     """Bytes per KV element."""
     max_seq_len: int
@@ -73,16 +96,49 @@ class ModelProfile:
     """Activations, workspace and allocator slack kept out of the cache pool, bytes."""
     source: str
     """Where the dimensions come from."""
+    tables: tuple[EmbTable, ...]
+    """Embedding tables looked up per history token and per candidate."""
+    kv_slide_chunk: int = 1
+    """Tokens the context start moves by once a history passes max_seq_len (1 = slides per token)."""
+    default_slo_ms: float = 100.0
+    """P99 SLO used when none is given, ms."""
+    slo_source: str = "the ~100 ms budget of an online ranking stage"
+    """Where the default SLO comes from."""
+
+    @property
+    def token_lookup_bytes(self) -> int:
+        """EMB bytes looked up per history token (all tables)."""
+        return sum(t.per_history_token * t.row_bytes for t in self.tables)
+
+    @property
+    def candidate_lookup_bytes(self) -> int:
+        """EMB bytes looked up per candidate (all tables)."""
+        return sum(t.per_candidate * t.row_bytes for t in self.tables)
 
     @property
     def row_bytes(self) -> int:
-        """Bytes of one EMB row: all sparse features of one token."""
-        return self.emb_features_per_token * self.emb_dim * self.emb_dtype_bytes
+        """Bytes of the one row a token looks up (single-table models only)."""
+        if len(self.tables) != 1:
+            raise ProfileError(
+                f"model profile {self.name} has {len(self.tables)} tables, so no single row size",
+                hint="use token_lookup_bytes or the per-table row_bytes",
+            )
+        return self.tables[0].row_bytes
 
     @property
     def kv_bytes_per_token(self) -> int:
         """Bytes of K and V for one token over all layers."""
         return 2 * self.layers * self.d_model * self.kv_dtype_bytes
+
+    @property
+    def dense_flops_per_token(self) -> int:
+        """Dense FLOPs per token through the stack: layers · 2 · 5d² (HSTU UVQK 4d² + output d²)."""
+        return self.layers * 2 * 5 * self.d_model**2
+
+    @property
+    def attn_flops_per_pair(self) -> int:
+        """Attention FLOPs per (query, key) pair: layers · 4d (QKᵀ and AV)."""
+        return self.layers * 4 * self.d_model
 
 
 @dataclass(frozen=True)
@@ -142,6 +198,11 @@ def available(kind: str) -> list[str]:
 
 
 def _load(kind: str, cls: type[T], name_or_path: str | Path) -> T:
+    path, data = _read(kind, name_or_path)
+    return _build(cls, data, str(path))
+
+
+def _read(kind: str, name_or_path: str | Path) -> tuple[Path, dict[str, Any]]:
     ref = str(name_or_path)
     path = Path(ref)
     if not (ref.endswith(".toml") or path.exists()):
@@ -159,7 +220,7 @@ def _load(kind: str, cls: type[T], name_or_path: str | Path) -> T:
     except tomllib.TOMLDecodeError as e:
         raise ProfileError(f"{kind} profile {path} is not valid TOML: {e}") from e
     data.setdefault("name", path.stem)
-    return _build(cls, data, str(path))
+    return path, data
 
 
 def _build(cls: type[T], data: dict[str, Any], where: str) -> T:
@@ -177,7 +238,9 @@ def _build(cls: type[T], data: dict[str, Any], where: str) -> T:
             continue
         v = data[name]
         tp = str(f.type)
-        if tp == "str":
+        if name == "tables":
+            pass  # parsed by _model_tables
+        elif tp == "str":
             if not isinstance(v, str):
                 raise ProfileError(f"{where}: {name} must be a string, got {v!r}")
         elif tp == "int":
@@ -204,20 +267,65 @@ def load_gpu(name_or_path: str | Path) -> GpuProfile:
     return g
 
 
+_LEGACY_EMB = ("emb_dim", "emb_features_per_token", "emb_dtype_bytes")
+
+
+def _model_tables(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """``data`` with ``tables`` parsed; a legacy single-row profile becomes one identity table."""
+    data = dict(data)
+    legacy = [k for k in _LEGACY_EMB if k in data]
+    if "tables" in data and legacy:
+        raise ProfileError(
+            f"{where}: give [[tables]] or {', '.join(_LEGACY_EMB)}, not both",
+            hint="describe every embedding table under [[tables]]",
+        )
+    if "tables" not in data:
+        if len(legacy) != len(_LEGACY_EMB):
+            missing = [k for k in _LEGACY_EMB if k not in data]
+            raise ProfileError(
+                f"{where}: missing key 'tables'",
+                hint=f"add [[tables]] entries (or the legacy {', '.join(missing)})",
+            )
+        vals = {k: data.pop(k) for k in _LEGACY_EMB}
+        for k, v in vals.items():
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ProfileError(f"{where}: {k} must be a positive integer, got {v!r}")
+        data["tables"] = [{"name": "token", "rows": 0,
+                           "dim": vals["emb_dim"] * vals["emb_features_per_token"],
+                           "dtype_bytes": vals["emb_dtype_bytes"]}]  # fmt: skip
+    raw = data["tables"]
+    if not isinstance(raw, list) or not raw or not all(isinstance(t, dict) for t in raw):
+        raise ProfileError(f"{where}: tables must be a non-empty array of tables ([[tables]])")
+    tables = []
+    for i, t in enumerate(raw):
+        tw = f"{where} [[tables]] #{i + 1}"
+        tab = _build(EmbTable, {"name": f"table{i}", **t}, tw)
+        for k in ("dim", "dtype_bytes"):
+            if not getattr(tab, k) > 0:
+                raise ProfileError(f"{tw}: {k} must be positive, got {getattr(tab, k)}")
+        for k in ("per_history_token", "per_candidate"):
+            if getattr(tab, k) not in (0, 1):
+                raise ProfileError(f"{tw}: {k} must be 0 or 1, got {getattr(tab, k)}")
+        if tab.key not in TABLE_KEYS:
+            raise ProfileError(f"{tw}: unknown key {tab.key!r}", hint="use identity or hash")
+        if tab.key == "hash" and tab.rows <= 0:
+            raise ProfileError(f"{tw}: a hash-keyed table needs rows > 0, got {tab.rows}")
+        tables.append(tab)
+    if len({t.name for t in tables}) != len(tables):
+        raise ProfileError(f"{where}: table names must be unique")
+    data["tables"] = tuple(tables)
+    return data
+
+
 def load_model(name_or_path: str | Path) -> ModelProfile:
     """Load a model profile by shipped name or path."""
-    m = _load("model", ModelProfile, name_or_path)
-    for k in (
-        "layers",
-        "d_model",
-        "emb_dim",
-        "emb_features_per_token",
-        "emb_dtype_bytes",
-        "kv_dtype_bytes",
-        "max_seq_len",
-    ):
+    path, data = _read("model", name_or_path)
+    m = _build(ModelProfile, _model_tables(data, str(path)), str(path))
+    for k in ("layers", "d_model", "kv_dtype_bytes", "max_seq_len", "kv_slide_chunk"):
         if not getattr(m, k) > 0:
             raise ProfileError(f"model profile {m.name}: {k} must be positive, got {getattr(m, k)}")
+    if not m.default_slo_ms > 0:
+        raise ProfileError(f"model profile {m.name}: default_slo_ms must be positive")
     return m
 
 

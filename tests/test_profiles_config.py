@@ -9,6 +9,7 @@ import pytest
 
 from helm_plan import config, profiles
 from helm_plan.errors import ConfigError, ProfileError
+from helm_plan.profiles import load_model
 
 
 def test_shipped_profiles_load_and_derive():
@@ -79,3 +80,85 @@ def test_from_dict_and_docs():
     assert config.field_docs(_Cfg)["window_s"] == "Window length, seconds."
     with pytest.raises(ConfigError, match="window must be positive, got -3"):
         config.require_positive("window", -3)
+
+
+MODEL_BASE = """
+layers = 2
+d_model = 64
+kv_dtype_bytes = 2
+max_seq_len = 512
+n_candidates = 16
+weights_bytes = 1000
+reserve_bytes = 1000
+source = "test"
+"""
+
+
+def test_model_tables_and_derived_sizes(tmp_path):
+    p = tmp_path / "m.toml"
+    p.write_text(
+        MODEL_BASE
+        + """
+kv_slide_chunk = 64
+default_slo_ms = 25.0
+[[tables]]
+name = "item"
+dim = 128
+dtype_bytes = 4
+[[tables]]
+name = "category"
+rows = 1000
+dim = 32
+dtype_bytes = 2
+per_candidate = 0
+key = "hash"
+"""
+    )
+    m = load_model(p)
+    assert [t.name for t in m.tables] == ["item", "category"]
+    assert m.tables[1].key == "hash" and m.tables[1].rows == 1000
+    assert m.token_lookup_bytes == 128 * 4 + 32 * 2
+    assert m.candidate_lookup_bytes == 128 * 4
+    assert m.kv_bytes_per_token == 2 * 2 * 64 * 2
+    assert m.dense_flops_per_token == 2 * 2 * 5 * 64 * 64
+    assert m.attn_flops_per_pair == 2 * 4 * 64
+    assert m.kv_slide_chunk == 64 and m.default_slo_ms == 25.0
+    with pytest.raises(ProfileError, match="has 2 tables"):
+        _ = m.row_bytes
+
+
+def test_legacy_single_row_profile_is_one_identity_table(tmp_path):
+    p = tmp_path / "m.toml"
+    p.write_text(MODEL_BASE + "emb_dim = 16\nemb_features_per_token = 3\nemb_dtype_bytes = 2\n")
+    m = load_model(p)
+    assert len(m.tables) == 1 and m.tables[0].key == "identity" and m.tables[0].rows == 0
+    assert m.row_bytes == 16 * 3 * 2 == m.token_lookup_bytes == m.candidate_lookup_bytes
+    assert m.kv_slide_chunk == 1  # legacy profiles keep the per-token sliding window
+
+
+@pytest.mark.parametrize(
+    ("extra", "msg"),
+    [
+        ("", "missing key 'tables'"),
+        ("emb_dim = 16\n", "missing key 'tables'"),
+        ("[[tables]]\nname='a'\ndim=0\ndtype_bytes=4\n", "dim must be positive"),
+        ("[[tables]]\nname='a'\ndim=8\ndtype_bytes=4\nkey='hash'\n", "needs rows > 0"),
+        ("[[tables]]\nname='a'\ndim=8\ndtype_bytes=4\nkey='mod'\n", "unknown key 'mod'"),
+        ("[[tables]]\nname='a'\ndim=8\ndtype_bytes=4\nper_candidate=2\n", "must be 0 or 1"),
+        (
+            "[[tables]]\nname='a'\ndim=8\ndtype_bytes=4\n[[tables]]\nname='a'\ndim=8\ndtype_bytes=4\n",
+            "names must be unique",
+        ),
+        (
+            "kv_slide_chunk = 0\n[[tables]]\nname='a'\ndim=8\ndtype_bytes=4\n",
+            "kv_slide_chunk must be positive",
+        ),
+    ],
+)
+def test_bad_tables_are_precise_errors(tmp_path, extra, msg):
+    p = tmp_path / "m.toml"
+    # top-level keys must precede the tables array
+    head, _, tables = extra.partition("[[tables]]")
+    p.write_text(MODEL_BASE + head + ("[[tables]]" + tables if tables else ""))
+    with pytest.raises(ProfileError, match=msg):
+        load_model(p)

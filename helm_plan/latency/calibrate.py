@@ -341,9 +341,11 @@ def calibrate(cfg: CalibrateConfig, progress: Progress | None = None) -> Calibra
         cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if dev.type == "cuda" else "float32")
     )
     dtype = getattr(torch, dtype_name)
-    row_bytes = model.row_bytes
-    row_elems = model.emb_features_per_token * model.emb_dim
-    emb_dtype = _emb_dtype(torch, model.emb_dtype_bytes)
+    row_bytes = max(t.row_bytes for t in model.tables)
+    # the widest table's rows: the gather and copy bandwidths are per byte anyway
+    widest = max(model.tables, key=lambda t: t.row_bytes)
+    row_elems = widest.dim
+    emb_dtype = _emb_dtype(torch, widest.dtype_bytes)
     table_rows = max(cfg.table_bytes // row_bytes, max(cfg.lookup_grid))
 
     prefill_pts = [(n, L) for L in cfg.ctx_grid for n in cfg.n_grid if n <= L]
