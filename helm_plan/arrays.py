@@ -4,17 +4,20 @@ Users and items are remapped to dense ids ``0..n-1`` so compiled loops index
 flat arrays. Each user's history is laid out contiguously (``hist_values``
 from ``user_hist_offsets[u]``) so a request's last ``n`` history tokens are a
 slice, and ``hist_end[i]`` is the user's full history length after request i.
+The same tokens in request order (``tok_stream``, request ``i``'s from
+``tok_off[i]``) are the global interaction stream implicit candidates are
+drawn from (:func:`helm_plan.cache._kernels.draw_candidate`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba as nb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from helm_plan.config import require_positive
 from helm_plan.errors import ConfigError
 
 
@@ -34,10 +37,18 @@ class TraceArrays:
     """Start of each dense user's history in ``hist_values`` (n_users + 1), int64."""
     hist_values: np.ndarray
     """Dense item ids of every user's history, contiguous per user, int32."""
+    tok_off: np.ndarray
+    """Start of each request's new items in ``tok_stream`` (n + 1), int64."""
+    tok_stream: np.ndarray
+    """Dense item ids of every request's new items, in request order, int32."""
+    n_cand: np.ndarray
+    """Candidates scored per request, int64."""
+    explicit_candidates: bool
+    """True when the trace lists candidate ids (``cand_values``); else they are drawn."""
     cand_offsets: np.ndarray
-    """Start of each request's candidates in ``cand_values`` (n + 1), int64."""
+    """Start of each request's explicit candidates in ``cand_values`` (n + 1), int64."""
     cand_values: np.ndarray
-    """Dense item ids of candidates, int32."""
+    """Dense item ids of explicit candidates, int32 (empty when drawn)."""
     n_users: int
     """Number of distinct users."""
     n_items: int
@@ -46,16 +57,16 @@ class TraceArrays:
     """Original user id of each dense user, int64."""
     item_ids: np.ndarray
     """Original item id of each dense item, int64."""
+    candidate_seed: int = 0
+    """Seed of the implicit candidate draws."""
+    candidate_window_tokens: int = 100_000
+    """Implicit candidates come from this many most recent tokens before each request."""
     latency_ms: np.ndarray | None = None
     """Observed latency per request, if the trace has it."""
 
     @property
     def n_requests(self) -> int:
         return len(self.ts_s)
-
-    @property
-    def n_candidates(self) -> np.ndarray:
-        return np.diff(self.cand_offsets).astype(np.int32)
 
     def history_len(self, max_seq_len: int) -> np.ndarray:
         """Context length L per request, capped at ``max_seq_len``."""
@@ -68,13 +79,15 @@ def from_table(
     """Build dense arrays from a validated canonical table.
 
     Without a ``candidates`` column, each request's ``n_candidates`` ids are
-    drawn (seeded) from the trailing item popularity: uniform positions in the
-    last ``candidate_window_tokens`` tokens of the global interaction stream,
-    which samples items in proportion to their recent frequency.
+    drawn (seeded) from the trailing item popularity when the caches replay it:
+    uniform positions in the last ``candidate_window_tokens`` tokens of the
+    global interaction stream **before** the request, which samples items in
+    proportion to their recent frequency and never looks ahead.
     """
     if candidate_window_tokens <= 0:
         raise ConfigError(
-            f"candidate_window_tokens must be positive, got {candidate_window_tokens}"
+            f"candidate_window_tokens must be positive, got {candidate_window_tokens}",
+            hint="set candidate_window_tokens > 0",
         )
     n = table.num_rows
     ts = table.column("ts_s").to_numpy().astype(np.float64, copy=False)
@@ -114,14 +127,12 @@ def from_table(
     hist_end = np.empty(n, np.int64)
     hist_end[req_order] = cs - base[user[req_order]]
 
-    cand_offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(ncand, out=cand_offsets[1:])
     if has_cands:
+        cand_offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(ncand, out=cand_offsets[1:])
         cand_values = inv[len(ni_vals) :].astype(np.int32)
     else:
-        cand_values = _draw_candidates(
-            dense_tokens, ni_off, ncand, len(item_ids), seed, candidate_window_tokens
-        )
+        cand_offsets, cand_values = np.zeros(1, np.int64), np.zeros(0, np.int32)
 
     lat = table.column("latency_ms").to_numpy() if "latency_ms" in table.column_names else None
     return TraceArrays(
@@ -131,62 +142,47 @@ def from_table(
         hist_end=hist_end,
         user_hist_offsets=user_hist_offsets,
         hist_values=hist_values,
+        tok_off=ni_off,
+        tok_stream=dense_tokens,
+        n_cand=ncand,
+        explicit_candidates=has_cands,
         cand_offsets=cand_offsets,
         cand_values=cand_values,
         n_users=n_users,
         n_items=len(item_ids),
         user_ids=user_ids,
         item_ids=item_ids,
+        candidate_seed=int(seed),
+        candidate_window_tokens=int(candidate_window_tokens),
         latency_ms=lat,
     )
 
 
-def _draw_candidates(
-    tokens: np.ndarray, tok_off: np.ndarray, ncand: np.ndarray, n_items: int, seed: int, window: int
-) -> np.ndarray:
-    total = int(ncand.sum())
-    if total == 0:
-        return np.zeros(0, np.int32)
-    rng = np.random.default_rng(seed)
-    if len(tokens) == 0:
-        return rng.integers(0, max(n_items, 1), size=total).astype(np.int32)
-    out = np.empty(total, np.int32)
-    # Uniform draws come in bounded chunks (the stream is the same as one big draw),
-    # so a trace with hundreds of candidates per request never holds them all as floats.
-    chunk = 1 << 22
-    cand_off = np.zeros(len(ncand) + 1, np.int64)
-    np.cumsum(ncand, out=cand_off[1:])
-    req = 0
-    while req < len(ncand):
-        stop = int(np.searchsorted(cand_off, cand_off[req] + chunk, side="right")) - 1
-        stop = max(stop, req + 1)
-        u = rng.random(int(cand_off[stop] - cand_off[req]))
-        _pick_trailing(tokens, tok_off, cand_off, req, stop, window, u, out)
-        req = stop
-    return out
-
-
-@nb.njit(cache=True)
-def _pick_trailing(tokens, tok_off, cand_off, start, stop, window, u, out):
-    n_tok = tokens.shape[0]
-    k = 0
-    for i in range(start, stop):
-        # tokens seen before request i; early requests look ahead a little
-        hi = max(tok_off[i], min(window, n_tok))
-        lo = max(hi - window, 0)
-        for p in range(cand_off[i], cand_off[i + 1]):
-            pick = lo + int(u[k] * (hi - lo))
-            out[p] = tokens[min(pick, n_tok - 1)]
-            k += 1
+def max_windows(n_requests: int) -> int:
+    """Most windows :func:`window_edges` will lay out for ``n_requests`` requests."""
+    return 10 * n_requests + 1_000_000
 
 
 def window_edges(ts_s: np.ndarray, window_s: float) -> np.ndarray:
-    """Request indices that start each ``window_s`` window, plus the end (len = windows + 1)."""
-    if not window_s > 0:
-        raise ConfigError(f"window_s must be positive, got {window_s}")
+    """Request indices that start each ``window_s`` window, plus the end (len = windows + 1).
+
+    Windows are dense from t = 0, empty ones included, so their number follows
+    the time span, not the requests. A span that needs more than
+    :func:`max_windows` windows (tiny ``window_s``, or requests far apart) is
+    refused with a clear error instead of allocating by the span.
+    """
+    require_positive("window_s", window_s)
     if len(ts_s) == 0:
         return np.zeros(1, np.int64)
-    n_win = int(np.floor(ts_s[-1] / window_s)) + 1
+    n_win_f = np.floor(ts_s[-1] / window_s) + 1
+    if n_win_f > max_windows(len(ts_s)):
+        raise ConfigError(
+            f"window_s {window_s:g} cuts the trace's {ts_s[-1]:,.6g} s span into "
+            f"{n_win_f:,.0f} windows for {len(ts_s):,} requests",
+            hint=f"raise --window-s to at least {ts_s[-1] / max_windows(len(ts_s)):.3g} s "
+            "(or shorten the trace's idle gaps)",
+        )
+    n_win = int(n_win_f)
     bounds = np.arange(n_win + 1, dtype=np.float64) * window_s
     edges = np.searchsorted(ts_s, bounds, side="left").astype(np.int64)
     edges[-1] = len(ts_s)

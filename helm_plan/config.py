@@ -9,9 +9,11 @@ precise errors for unknown keys and wrong types.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,7 +39,7 @@ def from_dict(cls: type[T], data: dict[str, Any], *, section: str = "") -> T:
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where}{e}") from e
+        raise ConfigError(f"{where}{e}", hint=f"fix the {section or cls.__name__} settings") from e
 
 
 def _coerce(value: Any, tp: Any, name: str) -> Any:
@@ -73,11 +75,16 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
             return tp(value)
         except ValueError as e:
             valid = ", ".join(m.value for m in tp)  # type: ignore[attr-defined]
-            raise ConfigError(f"{name} must be one of {valid}, got {value!r}") from e
+            raise ConfigError(
+                f"{name} must be one of {valid}, got {value!r}", hint=f"use one of {valid}"
+            ) from e
     if tp is Any:
         return value
     tname = getattr(tp, "__name__", str(tp))
-    raise ConfigError(f"{name} must be {tname}, got {type(value).__name__} {value!r}")
+    raise ConfigError(
+        f"{name} must be {tname}, got {type(value).__name__} {value!r}",
+        hint=f"write {name.split('] ')[-1]} as a TOML {tname}",
+    )
 
 
 def load_plan(path: str | Path) -> dict[str, Any]:
@@ -88,8 +95,18 @@ def load_plan(path: str | Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except FileNotFoundError as e:
         raise ConfigError(f"plan file {p} not found", hint="check the --config path") from e
+    except IsADirectoryError as e:
+        raise ConfigError(
+            f"plan file {p} is a folder", hint="pass --config the path of a TOML file"
+        ) from e
+    except OSError as e:
+        raise ConfigError(
+            f"cannot read plan file {p}: {e.strerror}", hint="check the file's permissions"
+        ) from e
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"plan file {p} is not valid TOML: {e}") from e
+        raise ConfigError(
+            f"plan file {p} is not valid TOML: {e}", hint="fix the TOML syntax at that line"
+        ) from e
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -113,20 +130,89 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+#: Config fields a CLI option sets under a different name.
+_RENAMED_FLAGS = {
+    "grid_step": "--grid",
+    "holdout_fraction": "--holdout",
+    "n_candidates": "--candidates",
+}
+#: Config fields that are also CLI options named ``--field-name``.
+_FLAG_FIELDS = frozenset(
+    [
+        "window_s",
+        "slo_ms",
+        "qps",
+        "duration_s",
+        "session_gap_s",
+        "sample_rate",
+        "sample_size",
+        "scale",
+        "trials",
+        "seed",
+        "workers",
+        "warmup_windows",
+        "slots",
+        "throttle_share",
+        "ratio",
+        "pool_bytes",
+        "pool_fraction",
+        "zipf_alpha",
+        "users",
+        "items",
+        "candidates",
+        "max_seq_len",
+        "replicate",
+        "layers",
+        "d_model",
+        "threads",
+        "repeats",
+        "refill",
+    ]
+)
+
+
+def fix_for(name: str, want: str) -> str:
+    """The fix part of an error about field ``name``: ``pass --flag WANT``, or ``set name WANT``.
+
+    Plan files use the field names, which the problem part of the message names.
+
+    ``want`` says what a valid value is, e.g. ``"> 0"`` or ``"in [0, 1]"``.
+    """
+    flag = _RENAMED_FLAGS.get(name) or (
+        f"--{name.replace('_', '-')}" if name in _FLAG_FIELDS else None
+    )
+    if flag is None:
+        return f"set {name} {want}"
+    return f"pass {flag} {want}"
+
+
 def require_positive(name: str, value: float) -> None:
-    """Raise ConfigError unless ``value`` > 0 (Optuna-style message)."""
+    """Raise ConfigError unless ``value`` is a finite number > 0 (Optuna-style message)."""
+    if isinstance(value, float) and math.isnan(value):
+        raise ConfigError(f"{name} must be a number, got nan", hint=fix_for(name, "> 0"))
     if not value > 0:
-        raise ConfigError(f"{name} must be positive, got {value}")
-
-
-def require_int(name: str, value: object, lo: int) -> None:
-    """Raise ConfigError unless ``value`` is an integer (not a bool) >= ``lo``."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < lo:
-        what = "a positive integer" if lo == 1 else f"an integer >= {lo}"
-        raise ConfigError(f"{name} must be {what}, got {value!r}")
+        raise ConfigError(f"{name} must be positive, got {value}", hint=fix_for(name, "> 0"))
+    if isinstance(value, float) and math.isinf(value):
+        raise ConfigError(f"{name} must be finite, got {value}", hint=fix_for(name, "> 0, finite"))
 
 
 def require_range(name: str, value: float, lo: float, hi: float) -> None:
     """Raise ConfigError unless lo <= value <= hi."""
     if not lo <= value <= hi:
-        raise ConfigError(f"{name} must be in [{lo}, {hi}], got {value}")
+        raise ConfigError(
+            f"{name} must be in [{lo}, {hi}], got {value}", hint=fix_for(name, f"in [{lo}, {hi}]")
+        )
+
+
+def require_int(name: str, value: Any, lo: int, hi: int | None = None) -> None:
+    """Raise ConfigError unless ``value`` is an integer (not a bool) in ``[lo, hi]``."""
+    want = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+    what = "a positive integer" if lo == 1 and hi is None else f"an integer {want}"
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ConfigError(f"{name} must be {what}, got {value!r}", hint=fix_for(name, what))
+    if value < lo or (hi is not None and value > hi):
+        raise ConfigError(f"{name} must be {what}, got {value}", hint=fix_for(name, want))
+
+
+Progress = Callable[[int, int], None]
+"""Progress callback of a long stage: ``progress(done, total)``."""

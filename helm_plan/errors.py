@@ -39,3 +39,11 @@ class IngestError(HelmPlanError):
 
 class InputFileError(HelmPlanError):
     """A file is missing, unreadable or in an unexpected format."""
+
+
+class HelmPlanNote(UserWarning):
+    """Something the user should know that is not an error (e.g. a trace was rebased).
+
+    The library issues these with :func:`warnings.warn` (it prints nothing);
+    the CLI shows each as one ``note: ...`` line on stderr.
+    """

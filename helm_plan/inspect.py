@@ -18,6 +18,7 @@ items                          int       distinct item ids in new_items (and can
 history_tokens                 int       total new items over all requests
 duration_s                     float     max(ts_s) - min(ts_s)
 qps_bins                       int       1 s bins [s, s+1) for s = 0 .. floor(max ts_s), empty ones included
+                                         (ts_s rebased to 0 first if absolute, see helm_plan.trace.read)
 mean_qps                       float     requests / qps_bins (the mean per-second count)
 peak_qps                       int       largest per-second count
 qps_cv                         float     population std / mean of the per-second counts
@@ -36,7 +37,8 @@ zipf_alpha                     float?    fitted popularity skew (method below); 
 zipf_fit_ranks                 int       ranks the fit used
 model                          str?      model profile name, or null
 max_seq_len                    int?      the model's maximum history length
-emb_footprint_bytes            int?      items * row_bytes
+emb_footprint_bytes            int?      items * EMB bytes per token (an upper bound: hashed
+                                         side tables share rows)
 kv_footprint_bytes             int?      sum over users of min(final history, max_seq_len) * kv_bytes_per_token
 =============================  ========  =====================================================
 
@@ -54,23 +56,52 @@ import dataclasses
 import math
 import os
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
+import numpy as np
 import pyarrow.parquet as pq
 
 from helm_plan import trace
-from helm_plan.errors import TraceError
+from helm_plan.config import Progress
+from helm_plan.errors import ConfigError
 from helm_plan.profiles import ModelProfile
 
 SCHEMA_VERSION = "1"
+#: DuckDB's buffer memory cap when none is given (it spills to disk past it).
+DEFAULT_MEMORY_LIMIT = "1GB"
 #: Ranks with fewer occurrences than this are left out of the Zipf fit.
 ZIPF_MIN_COUNT = 5
 
-Progress = Callable[[int, int], None]
+
+LABELS: dict[str, str] = {
+    "requests": "requests",
+    "users": "users",
+    "items": "distinct items",
+    "history_tokens": "history items (all requests)",
+    "duration_s": "duration (s)",
+    "qps_bins": "1 s bins",
+    "mean_qps": "mean arrival rate (req/s)",
+    "peak_qps": "peak arrival rate (req/s, 1 s bins)",
+    "qps_cv": "arrival-rate CV (1 s bins)",
+    "history_len_p50": "history length after a request, median (tokens)",
+    "history_len_p95": "history length after a request, P95 (tokens)",
+    "history_len_max": "longest history (tokens)",
+    "new_items_mean": "new items per request, mean",
+    "first_request_items_mean": "items in a user's first request, mean",
+    "revisit_new_items_mean": "new items per revisit, mean",
+    "cold_share": "share of requests from new users",
+    "revisit_gap_p50_s": "gap between a user's requests, median (s)",
+    "revisit_gap_p90_s": "gap between a user's requests, P90 (s)",
+    "zipf_alpha": "popularity skew (Zipf alpha)",
+    "zipf_fit_ranks": "item ranks in the Zipf fit",
+    "model": "model profile",
+    "max_seq_len": "model's longest history (tokens)",
+    "emb_footprint_bytes": "EMB footprint (all items' rows)",
+    "kv_footprint_bytes": "KV footprint (all users' histories)",
+}
+"""Human labels (with units) of the :class:`TraceStats` keys, for tables and reports."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +155,7 @@ class TraceStats:
     max_seq_len: int | None = None
     """The model's maximum history length, tokens."""
     emb_footprint_bytes: int | None = None
-    """Distinct items times the model's row_bytes."""
+    """Distinct items times the EMB bytes a token looks up (an upper bound with hashed tables)."""
     kv_footprint_bytes: int | None = None
     """Sum over users of min(final history, max_seq_len) times kv_bytes_per_token."""
 
@@ -133,49 +164,33 @@ class TraceStats:
         return {"schema_version": SCHEMA_VERSION, **dataclasses.asdict(self)}
 
 
-def _check_file(path: Path) -> None:
-    if not path.exists():
-        raise TraceError(
-            f"trace file {path} not found",
-            hint="check the path, or create one with `helm-plan synth`",
-        )
-    try:
-        schema = pq.read_schema(path)
-        rows = pq.ParquetFile(path).metadata.num_rows
-    except (pa.ArrowInvalid, OSError) as e:
-        raise TraceError(
-            f"cannot read {path} as parquet: {e}",
-            hint="convert CSV or JSON logs with `helm-plan ingest`",
-        ) from e
-    for name, want in trace.REQUIRED.items():
-        if name not in schema.names:
-            raise TraceError(
-                f"{path} is missing column {name!r}",
-                hint=f"a trace needs columns {', '.join(trace.REQUIRED)}",
-            )
-        have = schema.field(name).type
-        ok = (
-            (pa.types.is_list(have) or pa.types.is_large_list(have))
-            and pa.types.is_integer(have.value_type)
-            if pa.types.is_list(want)
-            else pa.types.is_integer(have)
-            if pa.types.is_integer(want)
-            else pa.types.is_floating(have) or pa.types.is_integer(have)
-        )
-        if not ok:
-            raise TraceError(f"{path} column {name!r} has type {have}, expected {want}")
-    if rows == 0:
-        raise TraceError(
-            f"{path} is empty (0 requests)",
-            hint="ingest or synth a trace with at least one request",
-        )
+def zipf_fit(counts: np.ndarray, multiplicity: np.ndarray) -> tuple[float | None, int]:
+    """(alpha, ranks used) of the weighted log-log fit; ``None`` with fewer than 3 ranks.
+
+    ``counts`` in descending order, ``multiplicity[i]`` items having ``counts[i]``:
+    ranks are 1, 2, ... down the expanded counts. Summed in numpy in this fixed
+    order, so identical files give bit-identical alphas (DuckDB's parallel float
+    sums do not).
+    """
+    c = np.repeat(np.asarray(counts, np.float64), np.asarray(multiplicity, np.int64))
+    k = len(c)
+    if k < 3:
+        return None, k
+    rk = np.arange(1, k + 1, dtype=np.float64)
+    x, y, w = np.log(rk), np.log(c), 1.0 / rk
+    sw, swx, swy = w.sum(), (w * x).sum(), (w * y).sum()
+    swxx, swxy = (w * x * x).sum(), (w * x * y).sum()
+    den = sw * swxx - swx * swx
+    if not den > 0:
+        return None, k
+    return float(-(sw * swxy - swx * swy) / den), k
 
 
 def inspect_trace(
     path: str | os.PathLike[str],
     model: ModelProfile | None = None,
     *,
-    memory_limit: str = "1GB",
+    memory_limit: str = DEFAULT_MEMORY_LIMIT,
     threads: int | None = None,
     progress: Progress | None = None,
 ) -> TraceStats:
@@ -187,14 +202,20 @@ def inspect_trace(
     import duckdb
 
     p = Path(path)
-    _check_file(p)
-    _check_sorted(p)
+    # The same validation as every other command, streamed batch by batch.
+    off = trace.validate_file(p).ts_offset_s
     has_cands = "candidates" in pq.read_schema(p).names
     steps = 3
     tick = progress or (lambda done, total: None)
     tick(0, steps)
     with tempfile.TemporaryDirectory(prefix="helm-inspect-") as spill:
-        con = duckdb.connect(config={"memory_limit": memory_limit, "temp_directory": spill})
+        try:
+            con = duckdb.connect(config={"memory_limit": memory_limit, "temp_directory": spill})
+        except duckdb.Error as e:
+            raise ConfigError(
+                f"invalid memory limit {memory_limit!r}: {str(e).splitlines()[0]}",
+                hint="pass --memory-limit as a size such as 512MB or 4GB",
+            ) from e
         try:
             con.execute("SET enable_progress_bar = false")  # the library prints nothing
             if threads is not None:
@@ -203,26 +224,18 @@ def inspect_trace(
             src = "read_parquet($path, file_row_number = true)"
             arg = {"path": str(p)}
 
-            # 1. Totals and the per-second bins.
-            n, users, tokens, min_ts, max_ts, min_user, bad_ts = con.execute(
+            # 1. Totals and the per-second bins (of times rebased to 0, see trace.read).
+            n, users, tokens, min_ts, max_ts = con.execute(
                 f"""SELECT count(*), count(DISTINCT user_id), sum(len(new_items)),
-                           min(ts_s), max(ts_s), min(user_id),
-                           count(*) FILTER (WHERE NOT isfinite(ts_s) OR ts_s < 0)
+                           min(ts_s), max(ts_s)
                     FROM {src}""",
                 arg,
             ).fetchone()
-            if min_user < 0:
-                raise TraceError(f"{p} column 'user_id': negative value {min_user}")
-            if bad_ts:
-                raise TraceError(
-                    f"{p} column 'ts_s': {bad_ts} negative or non-finite timestamps",
-                    hint="timestamps are seconds from trace start",
-                )
-            n_bins = int(math.floor(max_ts)) + 1
+            n_bins = int(math.floor(max_ts - off)) + 1
             s1, s2, peak = con.execute(
                 f"""SELECT sum(c)::DOUBLE, sum(c * c)::DOUBLE, max(c) FROM (
-                        SELECT count(*) AS c FROM {src} GROUP BY floor(ts_s))""",
-                arg,
+                        SELECT count(*) AS c FROM {src} GROUP BY floor(ts_s - $off))""",
+                {**arg, "off": off},
             ).fetchone()
             mean_qps = s1 / n_bins
             var = max(s2 / n_bins - mean_qps * mean_qps, 0.0)
@@ -258,34 +271,30 @@ def inspect_trace(
             hq, hmax, gq, k_first, k_rev, k_all, kv_tokens = row
             tick(2, steps)
 
-            # 3. Item frequencies (one hash aggregate), distinct items, and the Zipf fit.
+            # 3. Item frequencies (one hash aggregate), distinct items, and the counts the
+            # Zipf fit needs: how many items have each count (a short table, sorted).
             cand = f" UNION SELECT unnest(candidates) AS item FROM {src}" if has_cands else ""
-            row = con.execute(
-                f"""WITH f AS MATERIALIZED (
-                        SELECT item, count(*) AS c
-                        FROM (SELECT unnest(new_items) AS item FROM {src}) GROUP BY item),
-                    r AS (SELECT c, row_number() OVER (ORDER BY c DESC) AS rk
-                          FROM f WHERE c >= {ZIPF_MIN_COUNT}),
-                    q AS (SELECT ln(rk) AS x, ln(c) AS y, 1.0 / rk AS w FROM r)
-                SELECT (SELECT count(*) FROM (SELECT item FROM f{cand})),
-                       count(*), sum(w), sum(w * x), sum(w * y), sum(w * x * x), sum(w * x * y)
-                FROM q""",
+            con.execute(
+                f"""CREATE TEMP TABLE f AS
+                    SELECT item, count(*) AS c
+                    FROM (SELECT unnest(new_items) AS item FROM {src}) GROUP BY item""",
                 arg,
+            )
+            (items,) = con.execute(
+                f"SELECT count(*) FROM (SELECT item FROM f{cand})", arg if cand else None
             ).fetchone()
-            items, fit = row[0], row[1:]
+            freq = con.execute(
+                f"""SELECT c, count(*) AS m FROM f WHERE c >= {ZIPF_MIN_COUNT}
+                    GROUP BY c ORDER BY c DESC"""
+            ).fetchnumpy()
             tick(3, steps)
         finally:
             con.close()
 
-    k_fit, sw, swx, swy, swxx, swxy = fit
-    alpha = None
-    if k_fit >= 3:
-        den = sw * swxx - swx * swx
-        if den > 0:
-            alpha = -(sw * swxy - swx * swy) / den
+    alpha, k_fit = zipf_fit(freq["c"], freq["m"])
     emb = kv = None
     if model is not None:
-        emb = int(items) * model.row_bytes
+        emb = int(items) * model.token_lookup_bytes  # every table row of every item
         kv = int(kv_tokens or 0) * model.kv_bytes_per_token
     return TraceStats(
         trace=str(p),
@@ -314,25 +323,3 @@ def inspect_trace(
         emb_footprint_bytes=emb,
         kv_footprint_bytes=kv,
     )
-
-
-def _check_sorted(p: Path) -> None:
-    """Stream ``ts_s`` by row group (bounded memory) and name the first unsorted row."""
-    import numpy as np
-
-    last = -math.inf
-    row = 0
-    for batch in pq.ParquetFile(p).iter_batches(columns=["ts_s"], batch_size=1 << 20):
-        ts = batch.column(0).to_numpy(zero_copy_only=False)
-        if len(ts) == 0:
-            continue
-        prev = np.concatenate([[last], ts[:-1]])
-        bad = np.flatnonzero(ts < prev)
-        if len(bad):
-            r = row + int(bad[0])
-            raise TraceError(
-                f"{p} row {r}, column 'ts_s': timestamps not sorted ({ts[bad[0]]} after {prev[bad[0]]})",
-                hint="sort the trace by ts_s",
-            )
-        last = float(ts[-1])
-        row += len(ts)

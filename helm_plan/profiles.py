@@ -18,9 +18,9 @@ from helm_plan.errors import ProfileError
 T = TypeVar("T")
 GiB = 1 << 30
 DEFAULT_GPU = "a100-80g"
-"""GPU profile used when none is named."""
+"""GPU profile every command uses when none is given."""
 DEFAULT_MODEL = "gr-small"
-"""Model profile used when none is named."""
+"""Model profile every command uses when none is given."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,14 @@ class ModelProfile:
 
 @dataclass(frozen=True)
 class LatencyProfile:
-    """Coefficients of the service-time formula (see DESIGN.md, Node model)."""
+    """Coefficients of the batch service-time formula (spec v2 §5, ``helm_plan.latency.kernel``).
+
+    ``T(B) = t_launch_s + n_req·t_request_s
+    + max(weight_read_s, dense_s_per_token·(X + mfu_half_tokens) + attn_s_per_pair·P)
+    + lookup_bytes/hbm_bw_Bps + [miss_bytes > 0]·h2d_latency_s
+    + Σ miss_bytes_i/(h2d_bw_Bps·share_i) + miss_bytes/host_gather_Bps``, with ``X`` the
+    tokens through the dense stack and ``P`` the attention (query, key) pairs of the batch.
+    """
 
     name: str
     """Profile name."""
@@ -151,26 +158,28 @@ class LatencyProfile:
     """GPU profile these coefficients were derived or measured for."""
     model: str
     """Model profile these coefficients were derived or measured for."""
-    t0_s: float
-    """Fixed per-request overhead, seconds."""
-    prefill_a_s: float
-    """Prefill cost per computed token, seconds (the a in a·n)."""
-    prefill_b_s: float
-    """Prefill attention cost per computed token per context token, seconds (b in b·n·L)."""
-    score_c_s: float
-    """Scoring cost per candidate, seconds (c in c·M)."""
-    score_d_s: float
-    """Scoring cost per candidate per context token, seconds (d in d·M·L)."""
-    host_gather_s: float
-    """Host-side lookup of one missed row in the DRAM table, seconds."""
+    t_launch_s: float
+    """Kernel launches of one forward pass, paid once per batch, seconds."""
+    t_request_s: float
+    """Host/runtime overhead per request in a batch (input assembly, result scatter), seconds."""
+    weight_read_s: float
+    """Streaming the dense weights from HBM once per batch (the memory-bound floor), seconds."""
+    dense_s_per_token: float
+    """Dense-stack time per token at full efficiency (FLOPs per token / (peak·mfu_max)), seconds."""
+    mfu_half_tokens: float
+    """Tokens at which the dense efficiency X/(X + h) is half its maximum, tokens."""
+    attn_s_per_pair: float
+    """Attention time per (query, key) pair over all layers, seconds."""
+    host_gather_Bps: float
+    """Host DRAM gather bandwidth of missed EMB rows into the staging buffer, bytes per second."""
     source: str
     """Derived (roofline) or measured (device, date, tool version)."""
     hbm_bw_Bps: float | None = None
-    """Measured embedding-gather bandwidth; None uses the GPU profile."""
+    """Measured EMB gather bandwidth in device memory; None uses the GPU profile, bytes per second."""
     h2d_bw_Bps: float | None = None
-    """Measured H2D bandwidth; None uses the GPU profile."""
+    """Measured host-to-device copy bandwidth; None uses the GPU profile, bytes per second."""
     h2d_latency_s: float | None = None
-    """Measured H2D copy latency; None uses the GPU profile."""
+    """Measured fixed latency of one H2D transfer; None uses the GPU profile, seconds."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +214,11 @@ def _load(kind: str, cls: type[T], name_or_path: str | Path) -> T:
 def _read(kind: str, name_or_path: str | Path) -> tuple[Path, dict[str, Any]]:
     ref = str(name_or_path)
     path = Path(ref)
+    if path.is_dir():
+        raise ProfileError(
+            f"{kind} profile {ref!r} is a folder",
+            hint=f"pass a shipped {kind} profile name or the path of a .toml file",
+        )
     if not (ref.endswith(".toml") or path.exists()):
         path = _data_root() / kind / f"{ref}.toml"
         if not path.exists():
@@ -216,9 +230,18 @@ def _read(kind: str, name_or_path: str | Path) -> tuple[Path, dict[str, Any]]:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
     except FileNotFoundError as e:
-        raise ProfileError(f"{kind} profile file {path} not found") from e
+        raise ProfileError(
+            f"{kind} profile file {path} not found",
+            hint=f"check the path; shipped: {', '.join(available(kind))}",
+        ) from e
+    except OSError as e:
+        raise ProfileError(
+            f"cannot read {kind} profile {path}: {e.strerror}", hint="check the file's permissions"
+        ) from e
     except tomllib.TOMLDecodeError as e:
-        raise ProfileError(f"{kind} profile {path} is not valid TOML: {e}") from e
+        raise ProfileError(
+            f"{kind} profile {path} is not valid TOML: {e}", hint="fix the TOML syntax at that line"
+        ) from e
     data.setdefault("name", path.stem)
     return path, data
 
@@ -234,7 +257,10 @@ def _build(cls: type[T], data: dict[str, Any], where: str) -> T:
     for name, f in fields.items():
         if name not in data:
             if f.default is dataclasses.MISSING:
-                raise ProfileError(f"{where}: missing key {name!r}")
+                raise ProfileError(
+                    f"{where}: missing key {name!r}",
+                    hint=f"add {name} = ... ({_doc(cls, name)}); see the shipped profiles",
+                )
             continue
         v = data[name]
         tp = str(f.type)
@@ -242,18 +268,31 @@ def _build(cls: type[T], data: dict[str, Any], where: str) -> T:
             pass  # parsed by _model_tables
         elif tp == "str":
             if not isinstance(v, str):
-                raise ProfileError(f"{where}: {name} must be a string, got {v!r}")
+                raise ProfileError(
+                    f"{where}: {name} must be a string, got {v!r}", hint=f'write {name} = "..."'
+                )
         elif tp == "int":
             if isinstance(v, bool) or not isinstance(v, int):
-                raise ProfileError(f"{where}: {name} must be an integer, got {v!r}")
+                raise ProfileError(
+                    f"{where}: {name} must be an integer, got {v!r}",
+                    hint=f"write {name} as a whole number without quotes",
+                )
             if v < 0:
-                raise ProfileError(f"{where}: {name} must be >= 0, got {v}")
+                raise ProfileError(
+                    f"{where}: {name} must be >= 0, got {v}", hint=f"set {name} >= 0"
+                )
         else:
             if isinstance(v, bool) or not isinstance(v, int | float):
-                raise ProfileError(f"{where}: {name} must be a number, got {v!r}")
+                raise ProfileError(
+                    f"{where}: {name} must be a number, got {v!r}",
+                    hint=f"write {name} as a number without quotes",
+                )
             v = float(v)
-            if v < 0:
-                raise ProfileError(f"{where}: {name} must be >= 0, got {v}")
+            if not 0 <= v < float("inf"):
+                raise ProfileError(
+                    f"{where}: {name} must be a finite number >= 0, got {v}",
+                    hint=f"set {name} to a finite number >= 0",
+                )
         kwargs[name] = v
     return cls(**kwargs)
 
@@ -263,7 +302,10 @@ def load_gpu(name_or_path: str | Path) -> GpuProfile:
     g = _load("gpu", GpuProfile, name_or_path)
     for k in ("hbm_bytes", "hbm_bw_Bps", "h2d_bw_Bps", "peak_flops"):
         if not getattr(g, k) > 0:
-            raise ProfileError(f"gpu profile {g.name}: {k} must be positive, got {getattr(g, k)}")
+            raise ProfileError(
+                f"gpu profile {g.name}: {k} must be positive, got {getattr(g, k)}",
+                hint=f"set {k} > 0 in the profile",
+            )
     return g
 
 
@@ -289,30 +331,47 @@ def _model_tables(data: dict[str, Any], where: str) -> dict[str, Any]:
         vals = {k: data.pop(k) for k in _LEGACY_EMB}
         for k, v in vals.items():
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ProfileError(f"{where}: {k} must be a positive integer, got {v!r}")
+                raise ProfileError(
+                    f"{where}: {k} must be a positive integer, got {v!r}",
+                    hint="set it to a positive integer in the profile",
+                )
         data["tables"] = [{"name": "token", "rows": 0,
                            "dim": vals["emb_dim"] * vals["emb_features_per_token"],
                            "dtype_bytes": vals["emb_dtype_bytes"]}]  # fmt: skip
     raw = data["tables"]
     if not isinstance(raw, list) or not raw or not all(isinstance(t, dict) for t in raw):
-        raise ProfileError(f"{where}: tables must be a non-empty array of tables ([[tables]])")
+        raise ProfileError(
+            f"{where}: tables must be a non-empty array of tables ([[tables]])",
+            hint="add [[tables]] entries to the model profile",
+        )
     tables = []
     for i, t in enumerate(raw):
         tw = f"{where} [[tables]] #{i + 1}"
         tab = _build(EmbTable, {"name": f"table{i}", **t}, tw)
         for k in ("dim", "dtype_bytes"):
             if not getattr(tab, k) > 0:
-                raise ProfileError(f"{tw}: {k} must be positive, got {getattr(tab, k)}")
+                raise ProfileError(
+                    f"{tw}: {k} must be positive, got {getattr(tab, k)}",
+                    hint="set it > 0 in the profile's [[tables]]",
+                )
         for k in ("per_history_token", "per_candidate"):
             if getattr(tab, k) not in (0, 1):
-                raise ProfileError(f"{tw}: {k} must be 0 or 1, got {getattr(tab, k)}")
+                raise ProfileError(
+                    f"{tw}: {k} must be 0 or 1, got {getattr(tab, k)}",
+                    hint="set per_history_token and per_candidate to 0 or 1",
+                )
         if tab.key not in TABLE_KEYS:
             raise ProfileError(f"{tw}: unknown key {tab.key!r}", hint="use identity or hash")
         if tab.key == "hash" and tab.rows <= 0:
-            raise ProfileError(f"{tw}: a hash-keyed table needs rows > 0, got {tab.rows}")
+            raise ProfileError(
+                f"{tw}: a hash-keyed table needs rows > 0, got {tab.rows}",
+                hint="set rows > 0 for a hash-keyed table",
+            )
         tables.append(tab)
     if len({t.name for t in tables}) != len(tables):
-        raise ProfileError(f"{where}: table names must be unique")
+        raise ProfileError(
+            f"{where}: table names must be unique", hint="rename the duplicate table"
+        )
     data["tables"] = tuple(tables)
     return data
 
@@ -323,9 +382,21 @@ def load_model(name_or_path: str | Path) -> ModelProfile:
     m = _build(ModelProfile, _model_tables(data, str(path)), str(path))
     for k in ("layers", "d_model", "kv_dtype_bytes", "max_seq_len", "kv_slide_chunk"):
         if not getattr(m, k) > 0:
-            raise ProfileError(f"model profile {m.name}: {k} must be positive, got {getattr(m, k)}")
+            raise ProfileError(
+                f"model profile {m.name}: {k} must be positive, got {getattr(m, k)}",
+                hint=f"set {k} > 0 in the profile",
+            )
+    if m.kv_slide_chunk > m.max_seq_len:
+        raise ProfileError(
+            f"model profile {m.name}: kv_slide_chunk {m.kv_slide_chunk} exceeds max_seq_len "
+            f"{m.max_seq_len}",
+            hint="use a chunk of at most max_seq_len tokens",
+        )
     if not m.default_slo_ms > 0:
-        raise ProfileError(f"model profile {m.name}: default_slo_ms must be positive")
+        raise ProfileError(
+            f"model profile {m.name}: default_slo_ms must be positive",
+            hint="set default_slo_ms > 0 in the profile",
+        )
     return m
 
 
@@ -347,28 +418,58 @@ def resolve_pool(
     pool_fraction: float | None = None,
     footprint_bytes: int | None = None,
 ) -> Pool:
-    """Size the cache pool from HBM, an explicit byte count, or a share of the trace footprint."""
+    """Size the cache pool from HBM, an explicit byte count, or a share of the trace footprint.
+
+    Every pool must fit the GPU: at most HBM - weights - reserve (what
+    `helm-plan profiles` lists), so a typo cannot plan a cache the device lacks.
+    """
     if pool_bytes_override is not None and pool_fraction is not None:
-        raise ProfileError("give --pool-bytes or --pool-fraction, not both")
-    if pool_bytes_override is not None:
-        if pool_bytes_override <= 0:
-            raise ProfileError(f"pool_bytes must be positive, got {pool_bytes_override}")
-        return Pool(int(pool_bytes_override), "--pool-bytes")
-    if pool_fraction is not None:
-        if not pool_fraction > 0:
-            raise ProfileError(f"pool_fraction must be positive, got {pool_fraction}")
-        if footprint_bytes is None:
-            raise ProfileError("pool_fraction needs the trace footprint")
-        return Pool(
-            max(1, int(pool_fraction * footprint_bytes)), f"--pool-fraction {pool_fraction}"
+        raise ProfileError(
+            "give --pool-bytes or --pool-fraction, not both", hint="drop one of the two options"
         )
-    b = pool_bytes(gpu, model)
-    if b <= 0:
+    hbm_pool = pool_bytes(gpu, model)
+    if hbm_pool <= 0:
         raise ProfileError(
             f"model {model.name} leaves no cache pool on {gpu.name}: weights+reserve exceed HBM",
-            hint="pick a larger GPU or pass --pool-bytes",
+            hint="pick a larger GPU (see `helm-plan profiles`) or a smaller model",
         )
-    return Pool(b, f"hbm {gpu.name} - weights - reserve")
+    if pool_bytes_override is not None:
+        if not pool_bytes_override > 0:
+            raise ProfileError(
+                f"pool_bytes must be positive, got {pool_bytes_override}",
+                hint="pass --pool-bytes > 0",
+            )
+        pool = Pool(int(pool_bytes_override), "--pool-bytes")
+    elif pool_fraction is not None:
+        if not 0 < pool_fraction < float("inf"):
+            raise ProfileError(
+                f"pool_fraction must be positive and finite, got {pool_fraction}",
+                hint="pass --pool-fraction > 0 (a share of the trace's EMB+KV footprint)",
+            )
+        if footprint_bytes is None:
+            raise ProfileError(
+                "pool_fraction needs the trace footprint",
+                hint="size the pool with pool_bytes, or pass footprint_bytes",
+            )
+        pool = Pool(
+            max(1, int(pool_fraction * footprint_bytes)), f"--pool-fraction {pool_fraction}"
+        )
+    else:
+        return Pool(hbm_pool, f"hbm {gpu.name} - weights - reserve")
+    if pool.pool_bytes > hbm_pool:
+        raise ProfileError(
+            f"the cache pool {pool.pool_bytes:,} B ({pool.pool_bytes / GiB:,.4g} GiB, from "
+            f"{pool.source}) exceeds what {gpu.name} leaves for caches with {model.name}: "
+            f"{hbm_pool:,} B ({hbm_pool / GiB:,.4g} GiB = HBM - weights - reserve)",
+            hint="pass a smaller --pool-bytes / --pool-fraction, or a GPU with more HBM",
+        )
+    return pool
+
+
+def _doc(cls: type, name: str) -> str:
+    from helm_plan.config import field_docs
+
+    return field_docs(cls).get(name, "see the profile docs").rstrip(".")
 
 
 @dataclass(frozen=True)
@@ -387,14 +488,14 @@ class PairSizes:
     """Memory kept out of the pool, bytes."""
     pool_bytes: int
     """Default cache pool: hbm - weights - reserve (<= 0: the model does not fit)."""
-    row_bytes: int
-    """Bytes of one EMB row."""
+    emb_bytes_per_token: int
+    """EMB bytes a history token looks up (every table it reads)."""
     kv_bytes_per_token: int
     """Bytes of KV per token."""
     max_user_kv_bytes: int
     """KV of one user at max_seq_len tokens, bytes."""
-    pool_rows: int
-    """EMB rows if the whole pool held rows."""
+    pool_emb_tokens: int
+    """History tokens whose EMB rows would fill the whole pool."""
     pool_kv_tokens: int
     """KV tokens if the whole pool held KV."""
 
@@ -415,10 +516,10 @@ def pair_sizes(gpus: list[str] | None = None, models: list[str] | None = None) -
                     weights_bytes=m.weights_bytes,
                     reserve_bytes=m.reserve_bytes,
                     pool_bytes=b,
-                    row_bytes=m.row_bytes,
+                    emb_bytes_per_token=m.token_lookup_bytes,
                     kv_bytes_per_token=m.kv_bytes_per_token,
                     max_user_kv_bytes=m.max_seq_len * m.kv_bytes_per_token,
-                    pool_rows=max(b, 0) // m.row_bytes,
+                    pool_emb_tokens=max(b, 0) // max(m.token_lookup_bytes, 1),
                     pool_kv_tokens=max(b, 0) // m.kv_bytes_per_token,
                 )
             )

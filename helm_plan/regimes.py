@@ -4,19 +4,64 @@ A regime is a rate shape over ``[0, duration_s]``. Arrivals are drawn as a
 (conditional) inhomogeneous Poisson process by inverting the cumulative rate,
 so both a fixed count (re-timing an ingested log) and a Poisson count
 (synthesis) use the same shape.
+
+**Regime spans.** A synthetic trace records which regime holds when: a list
+of :class:`RegimeSpan` ``(start_s, end_s, name)``, contiguous, half-open
+``[start_s, end_s)`` (the last one closed at the trace's duration), as JSON in
+the parquet file metadata under :data:`SPANS_KEY`. :func:`read_spans` reads
+them back, so per-regime figures and tests need not know how the trace was
+made. ``synth`` writes the thirds of ``mixed`` (steady, trend, burst) or one
+span named after the regime; a named scenario (``synth --scenario``) writes
+its phases (e.g. ``A`` and ``B`` of ``detectability``).
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from helm_plan.config import require_positive
-from helm_plan.errors import ConfigError
+from helm_plan.errors import ConfigError, TraceError
 
 _GRID = 20_000
+
+#: Parquet file-metadata key holding a trace's regime spans (JSON list of objects).
+SPANS_KEY = "helm_plan.regimes"
+
+
+class RegimeSpan(NamedTuple):
+    """One stretch of a trace under one regime: ``[start_s, end_s)``."""
+
+    start_s: float
+    end_s: float
+    name: str
+
+
+def spans_json(spans: list[RegimeSpan] | tuple[RegimeSpan, ...]) -> str:
+    """The metadata value of ``spans`` (what :func:`read_spans` parses)."""
+    return json.dumps([s._asdict() for s in spans])
+
+
+def read_spans(path: str | os.PathLike[str]) -> list[RegimeSpan]:
+    """The regime spans recorded in a trace file's metadata ([] when it has none)."""
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except (OSError, ValueError) as e:
+        raise TraceError(
+            f"cannot read {path} as parquet: {e}", hint="pass a canonical trace file"
+        ) from e
+    raw = meta.get(SPANS_KEY.encode())
+    if raw is None:
+        return []
+    return [
+        RegimeSpan(float(d["start_s"]), float(d["end_s"]), str(d["name"])) for d in json.loads(raw)
+    ]
 
 
 class Regime(StrEnum):
@@ -57,6 +102,18 @@ class RegimeShape:
     @property
     def expected_requests(self) -> float:
         return float(np.trapezoid(self.rate, self.grid_s))
+
+    def spans(self) -> list[RegimeSpan]:
+        """Regime spans of this shape: the three thirds of mixed, else the whole trace."""
+        d = self.duration_s
+        if self.regime is Regime.MIXED:
+            third = d / 3  # as shape() cuts them
+            return [
+                RegimeSpan(0.0, third, "steady"),
+                RegimeSpan(third, 2 * third, "trend"),
+                RegimeSpan(2 * third, d, "burst"),
+            ]
+        return [RegimeSpan(0.0, d, self.regime.value)]
 
 
 def parse_regime(name: str, *, allow_mixed: bool = True) -> Regime:
@@ -128,7 +185,7 @@ def shape(
 def arrivals_fixed(s: RegimeShape, n: int, seed: int) -> np.ndarray:
     """Exactly ``n`` sorted arrival times following the shape (keeps request order)."""
     if n < 0:
-        raise ConfigError(f"n must be >= 0, got {n}")
+        raise ConfigError(f"n must be >= 0, got {n}", hint="ask for n >= 0 arrivals")
     rng = np.random.default_rng(seed)
     cum = np.concatenate([[0.0], np.cumsum((s.rate[1:] + s.rate[:-1]) * 0.5 * np.diff(s.grid_s))])
     u = np.sort(rng.random(n)) * cum[-1]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +20,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from helm_plan import io
-from helm_plan.errors import TraceError
+from helm_plan.errors import HelmPlanNote, TraceError
 
 SCHEMA_VERSION = "1"
+#: Largest ``n_candidates`` of one request. A ranking stage scores thousands of
+#: candidates; a bound keeps a corrupt value (2^31 - 1) from allocating gigabytes.
+MAX_N_CANDIDATES = 1 << 20
+#: A trace whose first request is at least this many seconds after 0 carries absolute
+#: (e.g. unix-epoch) times; it is rebased to start at 0 on read, with a note.
+REBASE_MIN_S = 1e6
+#: Parquet metadata key recording the offset subtracted from ``ts_s`` on read.
+TS_OFFSET_KEY = b"helm_plan.ts_offset_s"
 
 #: Required columns and their arrow types.
 REQUIRED: dict[str, pa.DataType] = {
@@ -76,11 +86,20 @@ def make_table(
     return pa.table(cols)
 
 
-def validate(table: pa.Table, *, source: str = "trace", row_offset: int = 0) -> pa.Table:
+def validate(
+    table: pa.Table,
+    *,
+    source: str = "trace",
+    row_offset: int = 0,
+    prev_ts_s: float | None = None,
+) -> pa.Table:
     """Check ``table`` against the canonical schema; return it with exact column types.
 
     Integer columns of a narrower or unsigned type are cast losslessly. Raises
-    TraceError naming the first offending row and column.
+    TraceError naming the first offending row and column. This is the one
+    validation every command uses (:func:`read` for whole tables,
+    :func:`validate_file` streaming a file in batches: ``row_offset`` and
+    ``prev_ts_s`` carry the position and the last timestamp of earlier batches).
     """
     if table.num_rows == 0 and row_offset == 0:
         raise TraceError(
@@ -110,7 +129,10 @@ def validate(table: pa.Table, *, source: str = "trace", row_offset: int = 0) -> 
             if flat.null_count:
                 idx = _first_true(pc.is_null(flat))
                 row = pc.list_parent_indices(col)[idx].as_py() + row_offset
-                raise TraceError(f"{source} row {row}, column {name!r}: null id inside the list")
+                raise TraceError(
+                    f"{source} row {row}, column {name!r}: null id inside the list",
+                    hint="drop null ids from the lists",
+                )
             if len(flat) and pc.min(flat).as_py() < 0:
                 parents = pc.list_parent_indices(col)
                 idx = _first_true(pc.less(flat, 0))
@@ -125,11 +147,32 @@ def validate(table: pa.Table, *, source: str = "trace", row_offset: int = 0) -> 
                 f"{source} row {row}, column {name!r}: negative value {col[row - row_offset].as_py()}",
                 hint=f"{name} must be >= 0",
             )
+        if name == "n_candidates" and len(col) and pc.max(col).as_py() > MAX_N_CANDIDATES:
+            row = _first_true(pc.greater(col, MAX_N_CANDIDATES)) + row_offset
+            raise TraceError(
+                f"{source} row {row}, column 'n_candidates': {col[row - row_offset].as_py()} "
+                f"exceeds the bound {MAX_N_CANDIDATES:,}",
+                hint="a request scores at most about a million candidates; fix the column",
+            )
         out[name] = col
     ts = out["ts_s"].to_numpy()
     if not np.all(np.isfinite(ts)):
         row = int(np.argmin(np.isfinite(ts))) + row_offset
-        raise TraceError(f"{source} row {row}, column 'ts_s': non-finite timestamp")
+        raise TraceError(
+            f"{source} row {row}, column 'ts_s': non-finite timestamp {ts[row - row_offset]}",
+            hint="timestamps are finite seconds from trace start; fix or drop the row",
+        )
+    if len(ts) and ts.min() < 0:
+        row = int(np.argmax(ts < 0)) + row_offset
+        raise TraceError(
+            f"{source} row {row}, column 'ts_s': negative timestamp {ts[row - row_offset]}",
+            hint="timestamps are seconds from trace start (>= 0); shift them to start at 0",
+        )
+    if prev_ts_s is not None and len(ts) and ts[0] < prev_ts_s:
+        raise TraceError(
+            f"{source} row {row_offset}, column 'ts_s': timestamps not sorted ({ts[0]} after {prev_ts_s})",
+            hint="sort the trace by ts_s",
+        )
     if len(ts) > 1:
         bad = np.flatnonzero(np.diff(ts) < 0)
         if len(bad):
@@ -145,7 +188,8 @@ def validate(table: pa.Table, *, source: str = "trace", row_offset: int = 0) -> 
         if len(bad):
             row = int(bad[0]) + row_offset
             raise TraceError(
-                f"{source} row {row}, column 'candidates': {lens[bad[0]]} ids but n_candidates={nc[bad[0]]}"
+                f"{source} row {row}, column 'candidates': {lens[bad[0]]} ids but n_candidates={nc[bad[0]]}",
+                hint="make each candidates list as long as its n_candidates",
             )
     return pa.table(out)
 
@@ -171,7 +215,10 @@ def _cast(col: pa.ChunkedArray, want: pa.DataType, name: str, source: str) -> pa
     try:
         return col.cast(want, safe=True)
     except (pa.ArrowInvalid, OverflowError) as e:
-        raise TraceError(f"{source} column {name!r}: values do not fit {want}: {e}") from e
+        raise TraceError(
+            f"{source} column {name!r}: values do not fit {want}: {e}",
+            hint=f"rewrite {name} with values that fit {want}",
+        ) from e
 
 
 def _first_true(mask: pa.ChunkedArray | pa.Array) -> int:
@@ -179,22 +226,112 @@ def _first_true(mask: pa.ChunkedArray | pa.Array) -> int:
     return int(np.argmax(arr))
 
 
-def read(path: str | os.PathLike[str], *, columns: list[str] | None = None) -> pa.Table:
-    """Read and validate a canonical trace parquet file."""
-    p = Path(path)
+def _open(p: Path) -> pq.ParquetFile:
     if not p.exists():
         raise TraceError(
             f"trace file {p} not found", hint="check the path, or create one with `helm-plan synth`"
         )
+    if p.is_dir():
+        raise TraceError(f"trace path {p} is a folder", hint="pass the trace's .parquet file")
     try:
-        pf = pq.ParquetFile(p)
+        return pq.ParquetFile(p)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise TraceError(
+            f"cannot read {p} as parquet: {e}",
+            hint="convert CSV or JSON logs with `helm-plan ingest`",
+        ) from e
+
+
+def rebase_offset(first_ts_s: float) -> float:
+    """Seconds to subtract so a trace with absolute times starts at 0 (0.0 if it need not)."""
+    return float(first_ts_s) if first_ts_s >= REBASE_MIN_S else 0.0
+
+
+def _note_rebase(source: str, offset: float) -> None:
+    if offset:
+        warnings.warn(
+            f"{source}: timestamps start at {offset:.0f} s (absolute, e.g. unix epoch); "
+            "rebased to start at 0",
+            HelmPlanNote,
+            stacklevel=3,
+        )
+
+
+def read(path: str | os.PathLike[str], *, columns: list[str] | None = None) -> pa.Table:
+    """Read and validate a canonical trace parquet file.
+
+    A trace whose first ``ts_s`` is at least :data:`REBASE_MIN_S` (absolute
+    times, e.g. unix epoch) comes back rebased to start at 0; the offset is
+    recorded in the table's schema metadata under :data:`TS_OFFSET_KEY` and
+    stated in a :class:`~helm_plan.errors.HelmPlanNote` warning (the CLI
+    prints it as a ``note:`` line).
+    """
+    p = Path(path)
+    pf = _open(p)
+    try:
         table = pf.read(columns=columns)
     except (pa.ArrowInvalid, OSError) as e:
         raise TraceError(
             f"cannot read {p} as parquet: {e}",
             hint="convert CSV or JSON logs with `helm-plan ingest`",
         ) from e
-    return validate(table, source=str(p))
+    table = validate(table, source=str(p))
+    if "ts_s" not in table.column_names or table.num_rows == 0:
+        return table
+    offset = rebase_offset(table.column("ts_s")[0].as_py())
+    if not offset:
+        return table
+    _note_rebase(str(p), offset)
+    i = table.column_names.index("ts_s")
+    table = table.set_column(i, "ts_s", pc.subtract(table.column("ts_s"), offset))
+    meta = dict(table.schema.metadata or {})
+    meta[TS_OFFSET_KEY] = repr(offset).encode()
+    return table.replace_schema_metadata(meta)
+
+
+def ts_offset(table: pa.Table) -> float:
+    """The offset :func:`read` subtracted from ``ts_s`` (0.0 if none)."""
+    raw = (table.schema.metadata or {}).get(TS_OFFSET_KEY)
+    return float(raw) if raw else 0.0
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """What :func:`validate_file` learnt while streaming a trace file."""
+
+    rows: int
+    """Requests in the file."""
+    ts_offset_s: float
+    """Seconds to subtract from ``ts_s`` to start at 0 (absolute times), else 0.0."""
+
+
+def validate_file(path: str | os.PathLike[str], *, batch_rows: int = 1 << 20) -> FileCheck:
+    """Validate a trace file with :func:`validate`, batch by batch (memory bounded by a batch)."""
+    p = Path(path)
+    pf = _open(p)
+    rows = 0
+    first = last = None
+    try:
+        for batch in pf.iter_batches(batch_size=batch_rows):
+            if batch.num_rows == 0:
+                continue
+            t = validate(
+                pa.Table.from_batches([batch]), source=str(p), row_offset=rows, prev_ts_s=last
+            )
+            ts = t.column("ts_s")
+            first = ts[0].as_py() if first is None else first
+            last = ts[len(ts) - 1].as_py()
+            rows += batch.num_rows
+    except (pa.ArrowInvalid, OSError) as e:
+        raise TraceError(
+            f"cannot read {p} as parquet: {e}",
+            hint="convert CSV or JSON logs with `helm-plan ingest`",
+        ) from e
+    if rows == 0:
+        validate(pf.schema_arrow.empty_table(), source=str(p))  # names the missing column, or empty
+    offset = rebase_offset(first if first is not None else 0.0)
+    _note_rebase(str(p), offset)
+    return FileCheck(rows=rows, ts_offset_s=offset)
 
 
 def write(table: pa.Table, path: str | os.PathLike[str], provenance: dict[str, Any]) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -9,9 +10,11 @@ import pyarrow as pa
 import pytest
 
 from helm_plan import trace
+from helm_plan.datasets import ENV_DIR, ENV_REQUIRE, default_dir
 
 REPO = Path(__file__).resolve().parents[1]
-DATASETS = REPO.parent / "shared" / "datasets"
+DATASETS = default_dir(REPO)
+"""$HELM_PLAN_DATASETS, else ../shared/datasets beside the repository."""
 
 
 def small_table(
@@ -44,12 +47,23 @@ def small_table(
     return trace.make_table(ts, users, off, vals, np.full(n, n_candidates), **kw)
 
 
+def require_datasets() -> Path:
+    """The real datasets folder; skip the test (fail where CI requires them) when absent."""
+    if not DATASETS.is_dir():
+        msg = (
+            f"real datasets not found at {DATASETS}; set {ENV_DIR} to their folder "
+            "(`helm-plan datasets` lists them)"
+        )
+        if os.environ.get(ENV_REQUIRE) == "1":
+            pytest.fail(f"{msg} ({ENV_REQUIRE}=1)")
+        pytest.skip(msg)
+    return DATASETS
+
+
 @pytest.fixture
 def datasets() -> Path:
-    """The read-only real datasets beside the repo."""
-    if not DATASETS.exists():
-        pytest.fail(f"real datasets not found at {DATASETS}; CI lays ../shared beside the repo")
-    return DATASETS
+    """The read-only real datasets (see :func:`require_datasets`)."""
+    return require_datasets()
 
 
 @pytest.fixture

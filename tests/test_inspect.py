@@ -17,8 +17,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import small_table
-from helm_plan_cli.main import app
-from typer.testing import CliRunner
 
 from helm_plan import synth, trace
 from helm_plan.errors import TraceError
@@ -105,7 +103,7 @@ def reference(t: pa.Table, model: ModelProfile | None) -> dict:
         "zipf_fit_ranks": len(freq),
     }
     if model is not None:
-        out["emb_footprint_bytes"] = len(items) * model.row_bytes
+        out["emb_footprint_bytes"] = len(items) * model.token_lookup_bytes
         out["kv_footprint_bytes"] = (
             sum(min(h, model.max_seq_len) for h in final.values()) * model.kv_bytes_per_token
         )
@@ -129,11 +127,9 @@ def _write(t: pa.Table, p: Path) -> Path:
 @pytest.fixture(scope="module")
 def movielens_trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[pa.Table, Path]:
     """MovieLens 100K as a canonical trace: one request per rating, ordered by timestamp."""
-    from conftest import DATASETS
+    from conftest import require_datasets
 
-    src = DATASETS / "movielens-100k.inter.tsv"
-    if not src.exists():
-        pytest.fail(f"real datasets not found at {DATASETS}")
+    src = require_datasets() / "movielens-100k.inter.tsv"
     raw = np.loadtxt(src, skiprows=1, dtype=np.int64, usecols=(0, 1, 3))
     order = np.argsort(raw[:, 2], kind="stable")
     u, item, stamp = raw[order, 0], raw[order, 1], raw[order, 2]
@@ -232,36 +228,6 @@ def test_bad_files(tmp_path: Path) -> None:
         inspect_trace(badtype)
 
 
-# --- CLI -----------------------------------------------------------------------------------
-
-runner = CliRunner()
-
-
-def test_cli_inspect_json_and_table(small_trace: Path) -> None:
-    r = runner.invoke(app, ["inspect", str(small_trace), "--json", "--model", "gr-small"])
-    assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout) == inspect_trace(small_trace, load_model("gr-small")).to_json()
-    r = runner.invoke(app, ["inspect", str(small_trace), "-q"])
-    assert r.exit_code == 0, r.output
-    for key in ("requests", "zipf_alpha", "qps_cv", "history_len_p95"):
-        assert key in r.stdout
-
-
-@pytest.mark.parametrize(
-    ("args", "msg"),
-    [
-        (["/nonexistent/x.parquet"], "error: trace file /nonexistent/x.parquet not found"),
-        (["{small}", "--model", "nope"], "error: unknown model profile 'nope'"),
-    ],
-)
-def test_cli_inspect_bad_input(small_trace: Path, args: list[str], msg: str) -> None:
-    args = [a.replace("{small}", str(small_trace)) for a in args]
-    r = runner.invoke(app, ["inspect", *args, "-q"])
-    assert r.exit_code == 2
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(msg), r.stderr
-
-
 def test_unsorted_trace_is_rejected_with_row(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -277,3 +243,50 @@ def test_unsorted_trace_is_rejected_with_row(tmp_path):
     pq.write_table(t.set_column(0, "ts_s", pa.array(ts)), p)
     with pytest.raises(TraceError, match="row 31, column 'ts_s': timestamps not sorted"):
         inspect_trace(p)
+
+
+BAD_TRACES = {
+    "null user_id": {"user_id": [0, None, 2]},
+    "negative item id": {"new_items": [[1], [2, -5], [3]]},
+    "candidates length": {"candidates": [[1, 2], [3], [4, 5]]},
+    "negative ts_s": {"ts_s": [-1.0, 0.5, 1.0]},
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TRACES))
+def test_inspect_rejects_exactly_what_every_other_command_rejects(tmp_path: Path, case: str):
+    cols = {"ts_s": [0.0, 0.5, 1.0], "user_id": [0, 1, 2], "new_items": [[1], [2], [3]],
+            "n_candidates": [2, 2, 2], "candidates": [[1, 2], [3, 1], [2, 3]]}  # fmt: skip
+    cols.update(BAD_TRACES[case])
+    p = tmp_path / "bad.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "ts_s": pa.array(cols["ts_s"], pa.float64()),
+                "user_id": pa.array(cols["user_id"], pa.int64()),
+                "new_items": pa.array(cols["new_items"], pa.list_(pa.int64())),
+                "n_candidates": pa.array(cols["n_candidates"], pa.int32()),
+                "candidates": pa.array(cols["candidates"], pa.list_(pa.int64())),
+            }
+        ),
+        p,
+    )
+    with pytest.raises(TraceError) as by_read:
+        trace.read(p)
+    with pytest.raises(TraceError) as by_inspect:
+        inspect_trace(p)
+    assert by_inspect.value.one_line() == by_read.value.one_line()
+
+
+def test_zipf_alpha_is_bit_identical_across_runs_and_threads(tmp_path: Path) -> None:
+    p = tmp_path / "s.parquet"
+    synth.write(synth.SynthConfig(qps=200.0, duration_s=60.0, items=20_000, seed=5), p)
+    alphas = {inspect_trace(p, threads=k).zipf_alpha for k in (1, 4, 4, 2)}
+    assert len(alphas) == 1
+    # and it is the documented weighted least-squares fit, computed independently
+    t = trace.read(p)
+    items = np.concatenate(t.column("new_items").to_numpy(zero_copy_only=False))
+    c = np.sort(np.bincount(items)[np.bincount(items) >= ZIPF_MIN_COUNT])[::-1].astype(float)
+    rk = np.arange(1, len(c) + 1, dtype=float)
+    slope = np.polyfit(np.log(rk), np.log(c), 1, w=np.sqrt(1 / rk))[0]
+    assert alphas.pop() == pytest.approx(-slope, rel=1e-9)

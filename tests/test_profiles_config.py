@@ -16,9 +16,9 @@ def test_shipped_profiles_load_and_derive():
     assert profiles.available("gpu") == ["a100-40g", "a100-80g", "h100-80g", "h200-141g"]
     small = profiles.load_model("gr-small")
     large = profiles.load_model("gr-large")
-    assert small.row_bytes == 8 * 128 * 4
+    assert small.token_lookup_bytes == 4 * 256 * 4 and small.candidate_lookup_bytes == 3 * 256 * 4
     assert small.kv_bytes_per_token == 2 * 4 * 256 * 2
-    assert large.row_bytes == 128 * 2
+    assert large.row_bytes == 128 * 2 and large.kv_slide_chunk == 1024
     assert large.kv_bytes_per_token == 2 * 24 * 1024 * 2
     g = profiles.load_gpu("a100-80g")
     assert profiles.pool_bytes(g, small) == 80 * 2**30 - small.weights_bytes - small.reserve_bytes
@@ -58,6 +58,45 @@ def test_resolve_pool():
         profiles.resolve_pool(g, m, pool_bytes_override=1, pool_fraction=0.5)
     with pytest.raises(ProfileError, match="pool_bytes must be positive, got -3"):
         profiles.resolve_pool(g, m, pool_bytes_override=-3)
+
+
+def test_a_pool_larger_than_the_gpu_leaves_is_rejected():
+    g, m = profiles.load_gpu("a100-80g"), profiles.load_model("gr-small")
+    room = g.hbm_bytes - m.weights_bytes - m.reserve_bytes  # what `profiles` lists
+    assert profiles.resolve_pool(g, m, pool_bytes_override=room).pool_bytes == room
+    with pytest.raises(ProfileError, match="exceeds what a100-80g leaves") as ei:
+        profiles.resolve_pool(g, m, pool_bytes_override=room + 1)
+    assert "smaller --pool-bytes" in ei.value.hint
+    with pytest.raises(ProfileError, match="from --pool-fraction 1000000"):
+        profiles.resolve_pool(g, m, pool_fraction=1e6, footprint_bytes=10**9)
+    with pytest.raises(ProfileError, match="positive and finite"):
+        profiles.resolve_pool(g, m, pool_fraction=float("inf"), footprint_bytes=10**9)
+
+
+def test_profile_and_plan_paths_that_are_folders(tmp_path: Path):
+    with pytest.raises(ProfileError, match="is a folder") as ei:
+        profiles.load_gpu(tmp_path)
+    assert ei.value.hint
+    with pytest.raises(ConfigError, match="is a folder"):
+        config.load_plan(tmp_path)
+
+
+def test_numbers_must_be_finite_and_errors_carry_the_flag():
+    with pytest.raises(ConfigError, match="window_s must be finite, got inf") as ei:
+        config.require_positive("window_s", float("inf"))
+    assert ei.value.hint == "pass --window-s > 0, finite"
+    with pytest.raises(ConfigError, match="must be a number, got nan"):
+        config.require_positive("qps", float("nan"))
+    with pytest.raises(ConfigError, match="grid_step must be in") as ei:
+        config.require_range("grid_step", 2.0, 0.0, 1.0)
+    assert ei.value.hint.startswith("pass --grid in [0.0, 1.0]")
+    with pytest.raises(ConfigError, match="block_tokens must be positive") as ei:
+        config.require_positive("block_tokens", 0)
+    assert ei.value.hint == "set block_tokens > 0"  # not a CLI option: no flag named
+    with pytest.raises(ConfigError, match="seed must be an integer >= 0, got -1"):
+        config.require_int("seed", -1, 0)
+    with pytest.raises(ConfigError, match="workers must be an integer >= 0, got True"):
+        config.require_int("workers", True, 0)
 
 
 @dataclass(frozen=True)

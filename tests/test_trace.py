@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helm_plan import trace
-from helm_plan.errors import TraceError
+from helm_plan.errors import HelmPlanNote, TraceError
 
 
 def _table(**over):
@@ -47,6 +48,12 @@ def _table(**over):
         ({"user_id": None}, "missing column 'user_id'"),
         ({"user_id": pa.array(["a", "b", "c"])}, "column 'user_id' has type string"),
         ({"ts_s": pa.array([0.0, float("nan"), 2.0])}, "row 1, column 'ts_s': non-finite"),
+        ({"ts_s": pa.array([0.0, float("inf"), 2.0])}, "row 1, column 'ts_s': non-finite"),
+        ({"ts_s": pa.array([-2.0, -1.0, 2.0])}, "row 0, column 'ts_s': negative timestamp -2.0"),
+        (
+            {"n_candidates": pa.array([0, 2**31 - 1, 0], pa.int32())},
+            "row 1, column 'n_candidates': 2147483647 exceeds the bound",
+        ),
         (
             {"candidates": pa.array([[1], [], []], pa.list_(pa.int64()))},
             "row 0, column 'candidates': 1 ids but n_candidates=0",
@@ -57,6 +64,42 @@ def test_validation_names_row_and_column(over, needle):
     with pytest.raises(TraceError) as ei:
         trace.validate(_table(**over))
     assert needle in str(ei.value)
+    assert ei.value.hint  # every rejection says how to fix it
+
+
+def test_validate_file_streams_the_same_rules_across_batches(tmp_path: Path):
+    t = small_table(50)
+    p = tmp_path / "t.parquet"
+    pq.write_table(t, p, row_group_size=7)
+    assert trace.validate_file(p, batch_rows=7) == trace.FileCheck(rows=50, ts_offset_s=0.0)
+    ts = t.column("ts_s").to_numpy().copy()
+    ts[21] = ts[20] - 0.5  # unsorted exactly across a batch boundary (rows 14-20 | 21-27)
+    pq.write_table(t.set_column(0, "ts_s", pa.array(ts)), p, row_group_size=7)
+    with pytest.raises(TraceError, match="row 21, column 'ts_s': timestamps not sorted"):
+        trace.validate_file(p, batch_rows=7)
+    bad = t.set_column(1, "user_id", pa.array([None] + [1] * 49, pa.int64()))
+    pq.write_table(bad, p)
+    with pytest.raises(TraceError, match="row 0, column 'user_id': null value"):
+        trace.validate_file(p)
+
+
+def test_epoch_timestamps_are_rebased_on_read_with_a_note(tmp_path: Path):
+    t = small_table(30)
+    ts = t.column("ts_s").to_numpy()
+    p = tmp_path / "epoch.parquet"
+    trace.write(t.set_column(0, "ts_s", pa.array(ts + 1.7e9)), p, {"source": "test"})
+    with pytest.warns(HelmPlanNote, match="start at 1700000000 s .* rebased to start at 0"):
+        got = trace.read(p)
+    np.testing.assert_allclose(got.column("ts_s").to_numpy(), ts, atol=1e-6)
+    assert trace.ts_offset(got) == 1.7e9
+    with pytest.warns(HelmPlanNote):
+        assert trace.validate_file(p).ts_offset_s == 1.7e9
+    # relative times are left alone, and say nothing
+    q = tmp_path / "rel.parquet"
+    trace.write(t, q, {"source": "test"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert trace.read(q).equals(trace.validate(t)) and trace.ts_offset(trace.read(q)) == 0.0
 
 
 def test_empty_and_unreadable(tmp_path: Path):

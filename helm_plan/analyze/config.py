@@ -9,6 +9,7 @@ from typing import Any
 from helm_plan.cache.curves import CurvesConfig
 from helm_plan.config import from_dict, require_int, require_positive, require_range
 from helm_plan.errors import ConfigError
+from helm_plan.exec import ExecutorConfig
 from helm_plan.oracle import OracleConfig
 from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL
 from helm_plan.sim import DEFAULT_SLO_MS, DEFAULT_WINDOW_S, NodeConfig
@@ -18,7 +19,7 @@ DEMO_SYNTH = SynthConfig(
     regime="mixed", qps=100.0, duration_s=120.0, items=2_000_000, zipf_alpha=0.7,
     candidates=64, max_seq_len=2048, cold_history_mean=150.0, session_share=0.9,
     revisit_gap_s=5.0, drift_ranks=20_000, burst_factor=3.0, burst_len_frac=0.06, bursts=4,
-    burst_hot_items=2_000, seed=0,
+    burst_hot_items=2_000, returning_share=0.0, burst_new_item_share=0.0, seed=0,
 )  # fmt: skip
 """The embedded demo workload: steady, trend and burst thirds (seeded)."""
 DEMO_POOL_FRACTION = 0.1
@@ -51,6 +52,10 @@ class AnalyzeConfig:
     """Seed for candidate draws, Optuna studies and the bootstrap."""
     workers: int = 1
     """Worker processes for oracle windows and static sweeps (0 = all cores)."""
+    executor: str = "local"
+    """Where the parallel tasks run: ``local`` processes or ``ray`` (never changes a result)."""
+    ray_address: str | None = None
+    """Ray cluster address ``HOST:PORT`` (None = a local Ray instance of ``workers`` CPUs)."""
     n_boot: int = 1000
     """Bootstrap resamples (over windows) of the value-of-adaptivity CI."""
     confidence: float = 0.95
@@ -67,9 +72,11 @@ class AnalyzeConfig:
         require_positive("window_s", self.window_s)
         require_range("confidence", self.confidence, 0.5, 0.999)
         if self.n_boot < 10:
-            raise ConfigError(f"n_boot must be >= 10, got {self.n_boot}")
+            raise ConfigError(
+                f"n_boot must be >= 10, got {self.n_boot}", hint="set n_boot >= 10 in [analyze]"
+            )
         require_int("seed", self.seed, 0)
-        require_int("workers", self.workers, 0)
+        ExecutorConfig(self.executor, self.workers, self.ray_address)  # validates them
         # One source of truth for shared settings: propagate into the stage configs.
         node = dataclasses.replace(self.node, slo_ms=self.slo_ms, window_s=self.window_s)
         oracle = dataclasses.replace(self.oracle, seed=self.seed)
@@ -114,7 +121,10 @@ def build_config(
             sec = {**ORACLE_DEFAULTS, **sec}
         subs[name] = from_dict(cls, sec, section=name)
     if any(k in top for k in _SECTIONS):
-        raise ConfigError("nested options belong in their own plan sections")
+        raise ConfigError(
+            "nested options belong in their own plan sections",
+            hint="put [node], [oracle] and [curves] options in their own sections",
+        )
     cfg = from_dict(AnalyzeConfig, top, section="analyze")
     return dataclasses.replace(cfg, **subs)
 

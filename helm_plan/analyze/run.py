@@ -29,7 +29,7 @@ from typing import Any
 import polars as pl
 
 from helm_plan import exec as executors
-from helm_plan import io, synth, trace
+from helm_plan import io, rundir, synth, trace
 from helm_plan.analyze.config import AnalyzeConfig
 from helm_plan.analyze.stage_cache import StageCache, stable_hash, versions
 from helm_plan.analyze.stages import (
@@ -118,6 +118,20 @@ def run_analyze(
     command: str = "",
 ) -> AnalyzeResult:
     """Run every stage on ``trace_path`` into ``out_dir`` (reusing finished stages)."""
+    # Ray starts on the first map (never when every stage is cached); leaving the block
+    # shuts down an instance it started, on success, error or Ctrl-C alike.
+    with executors.get_executor(cfg.executor, cfg.workers, cfg.ray_address) as executor:
+        return _run_analyze(trace_path, cfg, out_dir, progress_factory, command, executor)
+
+
+def _run_analyze(
+    trace_path: str | Path,
+    cfg: AnalyzeConfig,
+    out_dir: str | Path,
+    progress_factory: ProgressFactory | None,
+    command: str,
+    executor: executors.Executor,
+) -> AnalyzeResult:
     pf = progress_factory or _null_factory
     out = Path(out_dir)
     tpath = Path(trace_path)
@@ -129,7 +143,6 @@ def run_analyze(
     sha = trace.sha256(tpath)
     gpu, model, lat_prof = ctx.gpu, ctx.model, ctx.latency_profile
     assert lat_prof is not None  # load_context always resolves one
-    executor = executors.local(cfg.workers)
     base = {"v": STAGE_VERSION, "trace": sha, "gpu": asdict(gpu), "model": asdict(model),
             "latency": asdict(lat_prof), "pool": ctx.pool_bytes, "seed": cfg.seed}  # fmt: skip
     keys = {"inspect": stable_hash({**base, "stage": "inspect"})}
@@ -141,61 +154,64 @@ def run_analyze(
     keys["policies"] = stable_hash({**base, "stage": "policies", "up": keys["oracle"],
                               "node": asdict(cfg.node), "cfg": asdict(ocfg),
                               "boot": [cfg.n_boot, cfg.confidence]})  # fmt: skip
-    cache = StageCache(out)
-    runs: list[StageRun] = []
-    outputs: dict[str, StageOutput] = {}
+    record = {"trace": str(tpath), "command": command,
+              "config": json.loads(json.dumps(asdict(cfg), default=str))}  # fmt: skip
+    with rundir.claim(out, sha, record):
+        cache = StageCache(out)
+        runs: list[StageRun] = []
+        outputs: dict[str, StageOutput] = {}
 
-    @contextlib.contextmanager
-    def stage(name: str, cached: bool) -> Iterator[Progress]:
-        t0 = time.perf_counter()
-        with pf(f"{name} (cached)" if cached else name) as tick:
-            yield tick
-        runs.append(StageRun(name, keys.get(name, ""), cached, time.perf_counter() - t0))
+        @contextlib.contextmanager
+        def stage(name: str, cached: bool) -> Iterator[Progress]:
+            t0 = time.perf_counter()
+            with pf(f"{name} (cached)" if cached else name) as tick:
+                yield tick
+            runs.append(StageRun(name, keys.get(name, ""), cached, time.perf_counter() - t0))
 
-    def cached_or(name: str, compute: Callable[[Progress], StageOutput]) -> StageOutput:
-        hit = cache.load(name, keys[name])
-        with stage(name, hit is not None) as tick:
-            if hit is None:
-                hit = compute(tick)
-                cache.save(name, keys[name], hit)
+        def cached_or(name: str, compute: Callable[[Progress], StageOutput]) -> StageOutput:
+            hit = cache.load(name, keys[name])
+            with stage(name, hit is not None) as tick:
+                if hit is None:
+                    hit = compute(tick)
+                    cache.save(name, keys[name], hit)
+                else:
+                    tick(1, 1)
+            outputs[name] = hit
+            return hit
+
+        cached_or("inspect", lambda tick: stage_inspect(tpath, ctx, tick))
+        cached_or("curves", lambda tick: stage_curves(ctx, cfg.curves, tick))
+        lab_path = cache.path("oracle", keys["oracle"], "parquet")
+        labels = None
+        if lab_path.is_file():
+            with contextlib.suppress(Exception):
+                labels = read_labels(lab_path)
+        with stage("oracle", labels is not None) as tick:
+            if labels is None:
+                labels = stage_oracle(ctx, cfg.node, cfg.oracle, tick, executor)
+                write_labels(labels, lab_path)
             else:
                 tick(1, 1)
-        outputs[name] = hit
-        return hit
+        cached_or("policies", lambda tick: stage_policies(
+            ctx, cfg.node, cfg.oracle, labels, n_boot=cfg.n_boot, confidence=cfg.confidence,
+            seed=cfg.seed, progress=tick, executor=executor))  # fmt: skip
 
-    cached_or("inspect", lambda tick: stage_inspect(tpath, ctx, tick))
-    cached_or("curves", lambda tick: stage_curves(ctx, cfg.curves, tick))
-    lab_path = cache.path("oracle", keys["oracle"], "parquet")
-    labels = None
-    if lab_path.is_file():
-        with contextlib.suppress(Exception):
-            labels = read_labels(lab_path)
-    with stage("oracle", labels is not None) as tick:
-        if labels is None:
-            labels = stage_oracle(ctx, cfg.node, cfg.oracle, tick, executor)
-            write_labels(labels, lab_path)
-        else:
-            tick(1, 1)
-    cached_or("policies", lambda tick: stage_policies(
-        ctx, cfg.node, cfg.oracle, labels, n_boot=cfg.n_boot, confidence=cfg.confidence,
-        seed=cfg.seed, progress=tick, executor=executor))  # fmt: skip
-
-    t_rep = time.perf_counter()
-    with pf("report") as tick:
-        tick(0, 4)
-        run = _run_data(tpath, sha, cfg, ctx, lat_prof, labels, outputs, runs, command)
-        store_path = write_store(out / "helm.duckdb", run)
-        tick(1, 4)
-        labels_path = write_labels(labels, out / "labels.parquet")
-        report_path = report_html.write_report(out / "report.html", run)
-        tick(3, 4)
-        runs.append(StageRun("report", "", False, time.perf_counter() - t_rep))
-        summary = build_summary(run)
-        summary["timings_s"] = {r.name: round(r.seconds, 3) for r in runs}
-        summary_path = io.write_json(out / "summary.json", summary)
-        tick(4, 4)
-    return AnalyzeResult(out, report_path, summary_path, store_path, labels_path, summary,
-                         tuple(runs), ctx.notes)  # fmt: skip
+        t_rep = time.perf_counter()
+        with pf("report") as tick:
+            tick(0, 4)
+            run = _run_data(tpath, sha, cfg, ctx, lat_prof, labels, outputs, runs, command)
+            store_path = write_store(out / "helm.duckdb", run)
+            tick(1, 4)
+            labels_path = write_labels(labels, out / "labels.parquet")
+            report_path = report_html.write_report(out / "report.html", run)
+            tick(3, 4)
+            runs.append(StageRun("report", "", False, time.perf_counter() - t_rep))
+            summary = build_summary(run)
+            summary["timings_s"] = {r.name: round(r.seconds, 3) for r in runs}
+            summary_path = io.write_json(out / "summary.json", summary)
+            tick(4, 4)
+        return AnalyzeResult(out, report_path, summary_path, store_path, labels_path, summary,
+                             tuple(runs), ctx.notes)  # fmt: skip
 
 
 def _config_table(cfg: AnalyzeConfig) -> pl.DataFrame:

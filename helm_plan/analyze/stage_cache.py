@@ -56,13 +56,28 @@ class StageCache:
             return None
         try:
             obj = json.loads(p.read_text("utf-8"))
-        except (OSError, ValueError):
-            return None  # unreadable: recompute and overwrite
-        tables = {
-            n: pl.DataFrame(t["columns"], schema={c: _DTYPES[d] for c, d in t["schema"].items()})
-            for n, t in obj["tables"].items()
-        }
-        return StageOutput(tables=tables, meta=obj["meta"])
+            if obj.get("stage") != stage or obj.get("key") != key:
+                return None
+            meta = obj["meta"]
+            tables = {
+                n: pl.DataFrame(
+                    t["columns"], schema={c: _DTYPES[d] for c, d in t["schema"].items()}
+                )
+                for n, t in obj["tables"].items()
+            }
+            if not isinstance(meta, dict) or not tables:
+                return None
+        except (
+            OSError,
+            ValueError,
+            TypeError,
+            KeyError,
+            AttributeError,
+            pl.exceptions.PolarsError,
+        ):
+            # unreadable, or valid JSON of the wrong shape: recompute and overwrite
+            return None
+        return StageOutput(tables=tables, meta=meta)
 
     def save(self, stage: str, key: str, out: StageOutput) -> None:
         tables = {}

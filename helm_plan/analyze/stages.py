@@ -20,7 +20,7 @@ from helm_plan.arrays import TraceArrays
 from helm_plan.cache.curves import CurvesConfig, compute_curves
 from helm_plan.exec import Executor, Progress
 from helm_plan.inspect import inspect_trace
-from helm_plan.latency.model import TERMS, LatencyModel
+from helm_plan.latency.model import LatencyModel
 from helm_plan.oracle import (
     Labels,
     OracleConfig,
@@ -30,13 +30,13 @@ from helm_plan.oracle import (
     sensitivity_table,
 )
 from helm_plan.oracle.labels import grid_suffix
+from helm_plan.oracle.static import StaticRuns
 from helm_plan.policies import PolicyEnv, parse_policy
 from helm_plan.profiles import Pool
 from helm_plan.sim import (
     NodeConfig,
     NodeContext,
     NodeResult,
-    fill_forward,
     replay_span,
     simulate_node,
 )
@@ -117,7 +117,7 @@ def workload_tables(a: TraceArrays, max_seq_len: int) -> dict[str, pl.DataFrame]
 def stage_curves(ctx: NodeContext, cfg: CurvesConfig, progress: Progress = _noop) -> StageOutput:
     """EMB hit-rate and KV reuse curves over the pool (:func:`compute_curves`)."""
     pool = Pool(ctx.pool_bytes, ctx.pool_source)
-    cv = compute_curves(ctx.arrays, ctx.gpu, ctx.model, pool, cfg, progress)
+    cv = compute_curves(ctx.workload, ctx.gpu, ctx.model, pool, cfg, progress)
     keep = ["kind", "window", "window_start_s", "window_end_s", "capacity_bytes",
             "pool_fraction", "hit_rate", "n_accesses", "exact"]  # fmt: skip
     table = cv.table.select(keep).with_columns(pl.col("window").cast(pl.Int64))
@@ -181,19 +181,17 @@ POLICY_NAMES = ("best-static", "emb-max", "kv-max", "naive-adaptive", "adaptive"
 
 def oracle_pooled(
     ctx: NodeContext, labels: Labels, node_cfg: NodeConfig, oracle_cfg: OracleConfig
-) -> tuple[float, float]:
-    """Whole-trace (P99 ms, SLO attainment) of the oracle: each measured window at its r*.
+) -> NodeResult | tuple[float, float]:
+    """The oracle's whole-trace figures: each measured window at its r*.
 
-    Every window is evaluated as the oracle labelled it and the measured
-    windows' sojourns are pooled. With ``warmup="window"`` that is caches cold
-    at r* at the start of its warm-up span, queue included, no reallocation
-    cost; with ``warmup="carry"`` it is the r* schedule itself with demand
-    (lazy) refill, which is exactly how those labels were evaluated.
+    With ``warmup="carry"`` it is the carry oracle's own run on its schedule
+    with demand (lazy) refill, exactly how those labels were evaluated (no
+    replay). With ``warmup="window"`` every window is evaluated from caches
+    cold at r* at the start of its warm-up span, queue included, and the
+    measured windows' sojourns are pooled: (P99 ms, SLO attainment).
     """
-    if oracle_cfg.warmup == "carry":
-        lazy = dataclasses.replace(node_cfg, refill="lazy")
-        res = simulate_node(ctx, fill_forward(labels.r_star), lazy)
-        return res.p99_ms, res.slo_attainment
+    if labels.schedule_run is not None:
+        return labels.schedule_run
     warmup_windows = oracle_cfg.warmup_windows
     edges = ctx.edges(node_cfg.window_s)
     soj: list[np.ndarray] = []
@@ -202,23 +200,44 @@ def oracle_pooled(
         if w < node_cfg.warmup_windows or e == s or not np.isfinite(r):
             continue
         ws = int(edges[max(w - warmup_windows, 0)])
-        soj.append(replay_span(ctx, float(r), ws, s, e, node_cfg.slots)[1])
+        soj.append(replay_span(ctx, float(r), ws, s, e, node_cfg)[1])
     if not soj:
         return float("nan"), float("nan")
     x = np.concatenate(soj)
     return float(np.percentile(x, 99) * 1e3), float(np.mean(x <= node_cfg.slo_ms / 1e3))
 
 
-def _terms_ms(ctx: NodeContext, lat: LatencyModel, res: NodeResult, i0: int) -> dict[str, float]:
-    """Mean per-request service time by term over measured requests, ms (h2d = remainder)."""
-    sl = slice(i0, None)
-    n_cand = ctx.n_cand[sl]
-    t = lat.terms_s(res.n_computed[sl], ctx.ctx_len[sl], n_cand,
-                    res.n_computed[sl] + n_cand, res.n_miss[sl])  # fmt: skip
-    out = {k: float(np.mean(t[k]) * 1e3) for k in TERMS if k != "h2d"}
-    out["h2d"] = float(np.mean(res.service_s[sl]) * 1e3) - sum(out.values())
-    out["queue_wait"] = float(np.mean(res.sojourn_s[sl] - res.service_s[sl]) * 1e3)
-    return {k: out[k] for k in (*TERMS, "queue_wait")}
+def terms_ms(res: NodeResult) -> dict[str, float]:
+    """Mean per-request service time by term over the measured windows, ms, and the queue wait."""
+    m = res.measured_from_window
+    n = max(res.requests, 1)
+    out = {k: float(v[m:].sum() / n * 1e3) for k, v in res.term_s.items()}
+    i0 = len(res.sojourn_s) - res.requests
+    out["queue_wait"] = float(res.sojourn_s[i0:].mean() * 1e3) - sum(out.values())
+    return out
+
+
+def _policy_row(name: str, refill: str, res: NodeResult, st_m: pl.DataFrame,
+                lab_r: np.ndarray) -> dict[str, Any]:  # fmt: skip
+    m = res.measured_from_window
+    ok = np.isfinite(lab_r[m:])
+    ratios = res.ratios
+    return {
+        "policy": name,
+        "refill": refill,
+        "p99_ms": res.p99_ms,
+        "p50_ms": res.p50_ms,
+        "slo_attainment": res.slo_attainment,
+        "mean_ratio": float(np.mean(ratios[m:])),
+        "mean_abs_dr": float(np.mean(np.abs(ratios[m:][ok] - lab_r[m:][ok]))),
+        "median_regret": float(st_m["regret"].median()),
+        "emb_hit_rate": res.emb_hit_rate,
+        "kv_reuse_rate": res.kv_reuse_rate,
+        "h2d_gb": res.h2d_bytes / 1e9,
+        "blocked_ms": res.blocked_s * 1e3,
+        "throughput_rps": res.throughput_rps,
+        "requests": res.requests,
+    }
 
 
 def stage_policies(
@@ -233,79 +252,60 @@ def stage_policies(
     progress: Progress = _noop,
     executor: Executor | None = None,
 ) -> StageOutput:
-    """Best static search, the five policies, oracle pooled figures and sensitivity."""
-    grid_n = len(labels.coarse_grid)
-    total = grid_n + len(POLICY_NAMES) + 2
+    """Best static search, the policies, the oracle's pooled figures and sensitivity.
+
+    Static splits (best static, emb-max, kv-max) come from one memo of
+    whole-trace runs at constant ratios, shared with the best-static search;
+    the oracle's pooled figures come from the carry oracle's own run. Only the
+    adaptive policies replay the trace here.
+    """
+    total = len(POLICY_NAMES) + 2
     progress(0, total)
-    bs = best_static(
-        ctx, node_cfg, oracle_cfg, lambda d, t: progress(min(d, grid_n), total), executor
-    )
-    done = grid_n
-    progress(done, total)
-    results: dict[str, NodeResult] = {}
+    runs = StaticRuns(ctx, node_cfg, executor)
+    runs.get([0.0, 1.0])  # emb-max and kv-max ride along with the grid's first batch
+    bs = best_static(ctx, node_cfg, oracle_cfg, None, executor, runs)
+    progress(1, total)
     pw, pols, terms, sens = [], [], [], []
+    results: dict[str, NodeResult] = {}
     grid_r = np.asarray(labels.coarse_grid)
     lab_r = labels.r_star
     env = PolicyEnv(oracle=oracle_cfg, labels=labels, best_static=bs, executor=executor)
-    for name in POLICY_NAMES:
-        built = parse_policy(name).build(ctx, node_cfg, env)
-        refill = built.refill
-        cfg = node_cfg if refill is None else dataclasses.replace(node_cfg, refill=refill)
-        res = simulate_node(ctx, built.policy, cfg)
-        ratios = res.ratios
+    static_r = {"best-static": bs.ratio, "emb-max": 1.0, "kv-max": 0.0}
+    for k, name in enumerate(POLICY_NAMES, start=2):
+        if name in static_r:
+            res, refill = runs.get([static_r[name]])[0], node_cfg.refill
+        else:
+            built = parse_policy(name).build(ctx, node_cfg, env)
+            refill = built.refill or node_cfg.refill
+            res = simulate_node(ctx, built.policy, dataclasses.replace(node_cfg, refill=refill))
         results[name] = res
         win = res.windows.rename(
             {"start_s": "t_start_s", "end_s": "t_end_s", "requests": "n_requests"}
         )
         pw.append(win.select(pl.lit(name).alias("policy"), pl.all()))
-        m = res.measured_from_window
-        st = sensitivity_table(labels.table, ratios, grid_r).with_columns(
-            pl.lit(name).alias("policy")
-        )
-        st_m = st.filter(pl.col("window") >= m)
-        sens.append(
-            st_m.select(
-                "policy",
-                "window",
-                "ratio",
-                "r_star",
-                pl.col("ratio_distance").alias("abs_dr"),
-                "regret",
-            )  # fmt: skip
-        )
-        i0 = int(ctx.edges(node_cfg.window_s)[m])
-        for k, v in _terms_ms(ctx, ctx.latency, res, i0).items():
-            terms.append({"policy": name, "term": k, "mean_ms": v})
-        ok = np.isfinite(lab_r[m:])
-        pols.append(
-            {
-                "policy": name,
-                "refill": refill or node_cfg.refill,
-                "p99_ms": res.p99_ms,
-                "p50_ms": res.p50_ms,
-                "slo_attainment": res.slo_attainment,
-                "mean_ratio": float(np.mean(ratios[m:])),
-                "mean_abs_dr": float(np.mean(np.abs(ratios[m:][ok] - lab_r[m:][ok]))),
-                "median_regret": float(st_m["regret"].median()),
-                "emb_hit_rate": res.emb_hit_rate,
-                "kv_reuse_rate": res.kv_reuse_rate,
-                "h2d_gb": res.h2d_bytes / 1e9,
-                "blocked_ms": res.blocked_s * 1e3,
-                "throughput_rps": res.throughput_rps,
-                "requests": res.requests,
-            }
-        )
-        done += 1
-        progress(done, total)
-    o_p99, o_att = oracle_pooled(ctx, labels, node_cfg, oracle_cfg)
-    done += 1
-    progress(done, total)
+        st = sensitivity_table(labels.table, res.ratios, grid_r)
+        st_m = st.filter(pl.col("window") >= res.measured_from_window)
+        sens.append(st_m.select(pl.lit(name).alias("policy"), "window", "ratio", "r_star",
+                                pl.col("ratio_distance").alias("abs_dr"), "regret"))  # fmt: skip
+        terms += [{"policy": name, "term": t, "mean_ms": v} for t, v in terms_ms(res).items()]
+        pols.append(_policy_row(name, refill, res, st_m, lab_r))
+        progress(k, total)
+    pooled = oracle_pooled(ctx, labels, node_cfg, oracle_cfg)
+    o_p99, o_att = (
+        (pooled.p99_ms, pooled.slo_attainment) if isinstance(pooled, NodeResult) else pooled
+    )
+    # Best static is a schedule the oracle could have chosen: when the per-window labels
+    # pool to a worse P99 (a greedy window-by-window search can), the oracle answer is it.
+    oracle_schedule = "labels"
+    if np.isfinite(bs.p99_ms) and not (o_p99 <= bs.p99_ms):
+        o_p99, o_att, oracle_schedule = bs.p99_ms, bs.slo_attainment, "best-static"
     base = results["best-static"]
-    i0 = int(ctx.edges(node_cfg.window_s)[base.measured_from_window])
+    i0 = len(base.sojourn_s) - base.requests
+    widx = np.repeat(np.arange(len(base.ratios)), base.windows["requests"].to_numpy())
     ad_rows = []
     for name in ("naive-adaptive", "adaptive"):
         ci = adaptivity_ci(
-            base.sojourn_s[i0:], results[name].sojourn_s[i0:], base.window_idx[i0:],
+            base.sojourn_s[i0:], results[name].sojourn_s[i0:], widx[i0:],
             n_boot=n_boot, level=confidence, seed=seed,
         )  # fmt: skip
         ad_rows.append(
@@ -332,11 +332,17 @@ def stage_policies(
     }
     meta = {
         "best_static_ratio": bs.ratio,
+        "best_static_robust_ratio": bs.robust_ratio,
+        "best_static_flat_lo": bs.flat_lo,
+        "best_static_flat_hi": bs.flat_hi,
         "best_static_method": bs.method,
         "best_static_flatness": bs.flatness,
         "oracle_p99_ms": o_p99,
         "oracle_slo_attainment": o_att,
+        "oracle_schedule": oracle_schedule,
         "measured_from_window": base.measured_from_window,
+        "static_replays": runs.replays,
+        "flat_tol": oracle_cfg.flat_tol,
     }
     return StageOutput(tables=tables, meta=meta)
 
@@ -344,11 +350,12 @@ def stage_policies(
 def latency_table(lat: LatencyModel, source: str) -> pl.DataFrame:
     """The resolved latency coefficients with units."""
     units = {
-        "t0_s": "s", "prefill_a_s": "s / computed token",
-        "prefill_b_s": "s / (computed token · context token)", "score_c_s": "s / candidate",
-        "score_d_s": "s / (candidate · context token)", "host_gather_s": "s / missed row",
-        "row_bytes": "bytes", "hbm_bw_Bps": "bytes / s", "h2d_bw_Bps": "bytes / s",
-        "h2d_latency_s": "s / copy",
+        "t_launch_s": "s / batch", "t_request_s": "s / request", "weight_read_s": "s / batch",
+        "dense_s_per_token": "s / token at full efficiency",
+        "mfu_half_tokens": "tokens (efficiency half-point)",
+        "attn_s_per_pair": "s / (query, key) pair", "hbm_bw_Bps": "bytes / s",
+        "h2d_bw_Bps": "bytes / s", "h2d_latency_s": "s / batch with misses",
+        "host_gather_Bps": "bytes / s",
     }  # fmt: skip
     names = [f.name for f in dataclasses.fields(lat)]
     return pl.DataFrame(

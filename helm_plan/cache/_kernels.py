@@ -1,9 +1,18 @@
 """Compiled kernels of the cache core (see :mod:`helm_plan.cache.core` for the model).
 
 KV is a doubly linked LRU list over users (``prev``/``next``, -1 for none).
-EMB is a log-structured LRU: ``last[item]`` is the clock of the item's latest
-access (-1: not resident) and the queue ``(qi, qt)`` logs every access; the
-LRU row is the first queue entry still current (``last[qi] == qt``).
+EMB is a log-structured LRU over dense (table, row) keys with a byte
+capacity: ``last[key]`` is the clock of the key's latest access (-1: not
+resident) and the queue ``(qi, qt)`` logs every access; the LRU entry is the
+first queue entry still current (``last[qi] == qt``).
+
+Implicit candidates are drawn here, request by request, from the global
+interaction stream up to the request (its own new items are interactions
+that already happened; nothing later is read): candidate ``k`` of request
+``i`` is a uniform pick among the last ``window`` tokens, with the position
+from a counter-based RNG keyed by ``(seed, i, k)``, so any replay span draws
+the same ids. Before the first token there is nothing to draw from, and such
+a candidate looks nothing up.
 """
 
 from __future__ import annotations
@@ -12,9 +21,38 @@ import numba as nb
 import numpy as np
 
 # KV meta: [head (MRU), tail (LRU), tokens used, capacity tokens]
-# EMB meta: [queue head, queue tail, rows used, capacity rows, clock]
+# EMB meta: [queue head, queue tail, bytes used, capacity bytes, clock]
 HEAD, TAIL, USED, CAP = 0, 1, 2, 3
 QH, QT, CLK = 0, 1, 4
+
+# Rows of the per-request output of ``replay``.
+OUT_COMPUTED, OUT_REUSED, OUT_CTX, OUT_CAND, OUT_LOOKUP_B, OUT_MISS_B, OUT_MISS = range(7)
+N_OUT = 7
+
+_M1 = np.uint64(0x9E3779B97F4A7C15)
+_M2 = np.uint64(0xBF58476D1CE4E5B9)
+_M3 = np.uint64(0x94D049BB133111EB)
+
+
+@nb.njit(cache=True, inline="always")
+def _mix(z):
+    z = (z ^ (z >> np.uint64(30))) * _M2
+    z = (z ^ (z >> np.uint64(27))) * _M3
+    return z ^ (z >> np.uint64(31))
+
+
+@nb.njit(cache=True, inline="always")
+def draw_candidate(seed, i, k, tok_off, tok_stream, window):
+    """Dense item id of implicit candidate ``k`` of request ``i``; -1 before any token."""
+    hi = tok_off[i + 1]
+    span = hi if hi < window else window
+    if span == 0:
+        return np.int64(-1)
+    z = _mix(np.uint64(seed) * _M1 + np.uint64(i) * _M2 + np.uint64(k) + _M3)
+    # multiply-shift: the top 32 bits of a uniform 32-bit draw times span, exactly uniform
+    # enough for span < 2^32 and cheaper than a float conversion
+    pick = ((z >> np.uint64(32)) * np.uint64(span)) >> np.uint64(32)
+    return np.int64(tok_stream[hi - 1 - np.int64(pick)])
 
 
 @nb.njit(cache=True, inline="always")
@@ -45,7 +83,7 @@ def push_head(prev, nxt, meta, i):
     meta[HEAD] = i
 
 
-# The EMB helpers pass the log cursor (queue head/tail, rows used, clock) as
+# The EMB helpers pass the log cursor (queue head/tail, bytes used, clock) as
 # locals rather than through ``emb_meta``: kept in registers, they make the
 # per-lookup path several times faster than loads and stores through an array.
 
@@ -77,10 +115,12 @@ def _log_append(last, qi, qt, qh, qtl, clk, it):
 
 @nb.njit(cache=True, inline="always")
 def _log_evict_lru(last, qi, qt, qh):
+    """Evict the LRU entry; returns (new queue head, evicted key)."""
     while last[qi[qh]] != qt[qh]:
         qh += 1
-    last[qi[qh]] = -1
-    return qh + 1
+    k = qi[qh]
+    last[k] = -1
+    return qh + 1, k
 
 
 @nb.njit(cache=True)
@@ -90,18 +130,20 @@ def emb_compact(last, qi, qt, meta):
 
 
 @nb.njit(cache=True)
-def emb_shrink(last, qi, qt, meta):
+def emb_shrink(last, qi, qt, meta, key_bytes):
+    """Evict LRU entries until the bytes used fit the capacity; returns the entries evicted."""
     ev = 0
     while meta[USED] > meta[CAP]:
-        meta[QH] = _log_evict_lru(last, qi, qt, meta[QH])
-        meta[USED] -= 1
+        qh, k = _log_evict_lru(last, qi, qt, meta[QH])
+        meta[QH] = qh
+        meta[USED] -= key_bytes[k]
         ev += 1
     return ev
 
 
 @nb.njit(cache=True)
 def emb_order(last, qi, qt, meta):
-    out = np.empty(meta[USED], np.int64)
+    out = np.empty(meta[QT] - meta[QH], np.int64)
     k = 0
     for p in range(meta[QT] - 1, meta[QH] - 1, -1):
         if last[qi[p]] == qt[p]:
@@ -123,20 +165,30 @@ def kv_shrink(prev, nxt, kv_len, meta):
 
 
 @nb.njit(cache=True, inline="always")
-def kv_access(prev, nxt, klen, kstart, meta, u, L, s0):
+def context(full, max_seq_len, chunk):
+    """(context start s0, context length L) of a history of ``full`` tokens (chunked slide)."""
+    if full <= max_seq_len:
+        return 0, full
+    s0 = ((full - max_seq_len + chunk - 1) // chunk) * chunk
+    return s0, full - s0
+
+
+@nb.njit(cache=True, inline="always")
+def kv_access(prev, nxt, klen, kstart, meta, u, L, s0, admit):
     """User ``u`` arrives with context ``L`` starting at history offset ``s0``.
 
     Returns the reused prefix tokens; afterwards ``u`` holds ``L`` tokens at
-    MRU (evicting LRU users), or nothing if ``L`` exceeds the whole capacity.
+    MRU (evicting LRU users) if ``admit`` and ``L`` fits the whole capacity,
+    else nothing.
     """
     c = 0
     if klen[u] >= 0:
-        if kstart[u] == s0:  # still a prefix: the max_seq_len window has not slid
+        if kstart[u] == s0:  # still a prefix: the context start has not moved
             c = klen[u]
         unlink(prev, nxt, meta, u)
         meta[USED] -= klen[u]
         klen[u] = -1
-    if L > 0 and meta[CAP] >= L:
+    if admit and L > 0 and meta[CAP] >= L:
         while meta[USED] + L > meta[CAP]:
             t = meta[TAIL]
             unlink(prev, nxt, meta, t)
@@ -149,76 +201,166 @@ def kv_access(prev, nxt, klen, kstart, meta, u, L, s0):
     return c
 
 
+@nb.njit(cache=True, inline="always")
+def kv_admit(full, s0, max_seq_len):
+    """False when the next appended token would move the context start (the KV can't be reused)."""
+    return full < max_seq_len or s0 + max_seq_len - full > 0
+
+
+@nb.njit(cache=True)
+def serve_request(
+    i, user, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit,
+    seed, window, max_seq_len, chunk, item_keys, hist_tab, cand_tab, key_bytes, table_bytes,
+    e_last, e_qi, e_qt, k_prev, k_next, k_len, k_start, k_meta,
+    qh, qtl, used, cap, clk, counts, direct,
+):  # fmt: skip
+    """One request through one node's caches (the per-request body every replay shares).
+
+    The EMB log cursor (``qh, qtl, used, clk``) travels in registers and is
+    returned updated with the outcomes ``(n, c, L, M, lookup_bytes, miss_bytes,
+    misses)``. ``counts`` (float32 per key, or empty) gains one per lookup.
+    ``direct`` is the row bytes when the model has one identity table (keys are
+    items), else 0.
+    """
+    count = counts.shape[0] > 0
+    n_tab = item_keys.shape[1]
+    u = user[i]
+    full = hist_end[i]
+    s0, L = context(full, max_seq_len, chunk)
+    c = kv_access(k_prev, k_next, k_len, k_start, k_meta, u, L, s0,
+                  kv_admit(full, s0, max_seq_len))  # fmt: skip
+    n = L - c
+    m_c = ncand[i]
+    base = uoff[u] + full
+    look_b = 0
+    miss_b = 0
+    miss = 0
+    # One loop over the n computed history tokens, then the candidates.
+    for x in range(n + m_c):
+        if x < n:
+            item = hist[base - n + x]
+        elif explicit:
+            item = cvals[coff[i] + x - n]
+        else:
+            item = draw_candidate(seed, i, x - n, tok_off, tok_stream, window)
+            if item < 0:
+                continue
+        for t in range(n_tab):
+            if (hist_tab[t] if x < n else cand_tab[t]) == 0:
+                continue
+            if direct:  # one identity table: the key is the item, every row the same size
+                key = item
+                kb = direct
+            else:
+                key = item_keys[item, t]
+                kb = table_bytes[t]  # a key's bytes are its table's row bytes
+            look_b += kb
+            if count:
+                counts[key] += 1.0
+            if e_last[key] >= 0:  # hit: move to MRU by appending to the log
+                qh, qtl, clk = _log_append(e_last, e_qi, e_qt, qh, qtl, clk, key)
+                continue
+            miss += 1  # miss: copy in, evicting LRU entries until it fits
+            miss_b += kb
+            if kb <= cap:
+                while used + kb > cap:
+                    qh, ev = _log_evict_lru(e_last, e_qi, e_qt, qh)
+                    used -= key_bytes[ev]
+                qh, qtl, clk = _log_append(e_last, e_qi, e_qt, qh, qtl, clk, key)
+                used += kb
+    return qh, qtl, used, clk, n, c, L, m_c, look_b, miss_b, miss
+
+
+@nb.njit(cache=True)
+def land_prefetch(t, pf, pf_keys, pf_t, key_bytes, e_last, e_qi, e_qt, qh, qtl, used, cap, clk):
+    """Insert the prefetched keys whose copy landed by ``t`` into free space (never evicting)."""
+    done = 0
+    while pf < pf_keys.shape[0] and pf_t[pf] <= t:
+        r = pf_keys[pf]
+        pf += 1
+        if e_last[r] < 0 and used + key_bytes[r] <= cap:
+            qh, qtl, clk = _log_append(e_last, e_qi, e_qt, qh, qtl, clk, r)
+            used += key_bytes[r]
+            done += 1
+    return pf, done, qh, qtl, used, clk
+
+
 @nb.njit(cache=True)
 def replay(
-    ts, user, hist_end, uoff, hist, coff, cvals, start, stop, max_seq_len,
+    ts, user, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit,
+    seed, window, start, stop, max_seq_len, chunk,
+    item_keys, hist_tab, cand_tab, key_bytes, table_bytes,
     e_last, e_qi, e_qt, e_meta, k_prev, k_next, k_len, k_start, k_meta,
-    pf_rows, pf_t, counts, out,
+    pf_keys, pf_t, counts, direct, out,
 ):  # fmt: skip
-    count = counts.shape[0] > 0
     qh, qtl, used, cap, clk = e_meta[QH], e_meta[QT], e_meta[USED], e_meta[CAP], e_meta[CLK]
     pf = 0
     pf_done = 0
-    npf = pf_rows.shape[0]
     for i in range(start, stop):
-        # Refill: rows whose background copy has landed fill free space only.
-        while pf < npf and pf_t[pf] <= ts[i]:
-            r = pf_rows[pf]
-            pf += 1
-            if e_last[r] < 0 and used < cap:
-                qh, qtl, clk = _log_append(e_last, e_qi, e_qt, qh, qtl, clk, r)
-                used += 1
-                pf_done += 1
+        pf, d, qh, qtl, used, clk = land_prefetch(
+            ts[i], pf, pf_keys, pf_t, key_bytes, e_last, e_qi, e_qt, qh, qtl, used, cap, clk
+        )
+        pf_done += d
+        qh, qtl, used, clk, n, c, L, m_c, look_b, miss_b, miss = serve_request(
+            i, user, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit,
+            seed, window, max_seq_len, chunk, item_keys, hist_tab, cand_tab, key_bytes,
+            table_bytes, e_last, e_qi, e_qt, k_prev, k_next, k_len, k_start, k_meta,
+            qh, qtl, used, cap, clk, counts, direct,
+        )  # fmt: skip
         j = i - start
-        u = user[i]
-        full = hist_end[i]
-        L = full if full < max_seq_len else max_seq_len
-        s0 = full - L
-        c = kv_access(k_prev, k_next, k_len, k_start, k_meta, u, L, s0)
-        n = L - c
-        miss = 0
-        base = uoff[u] + full
-        if cap == 0 and used == 0 and not count:
-            # Fast path (same result): an empty zero-capacity EMB cache misses every lookup.
-            miss = n + coff[i + 1] - coff[i]
-        else:
-            # One loop over the n computed history tokens, then the candidates.
-            m_c = coff[i + 1] - coff[i]
-            for x in range(n + m_c):
-                it = hist[base - n + x] if x < n else cvals[coff[i] + x - n]
-                if count:
-                    counts[it] += 1
-                if e_last[it] >= 0:  # hit: move to MRU by appending to the log
-                    qh, qtl, clk = _log_append(e_last, e_qi, e_qt, qh, qtl, clk, it)
-                    continue
-                miss += 1  # miss: insert, evicting the LRU row when full
-                if cap > 0:
-                    if used >= cap:
-                        qh = _log_evict_lru(e_last, e_qi, e_qt, qh)
-                        used -= 1
-                    qh, qtl, clk = _log_append(e_last, e_qi, e_qt, qh, qtl, clk, it)
-                    used += 1
-        out[0, j] = n
-        out[1, j] = c
-        out[2, j] = L
-        out[3, j] = n + coff[i + 1] - coff[i]
-        out[4, j] = miss
+        out[OUT_COMPUTED, j] = n
+        out[OUT_REUSED, j] = c
+        out[OUT_CTX, j] = L
+        out[OUT_CAND, j] = m_c
+        out[OUT_LOOKUP_B, j] = look_b
+        out[OUT_MISS_B, j] = miss_b
+        out[OUT_MISS, j] = miss
     e_meta[QH], e_meta[QT], e_meta[USED], e_meta[CLK] = qh, qtl, used, clk
     return pf_done
 
 
 @nb.njit(cache=True)
-def fill_stream(user, hist_end, uoff, hist, coff, cvals, start, n_computed, offs, ids):
+def count_stream(n_computed, ncand, tok_off, explicit, start, item_keys, hist_tab, cand_tab):
+    """Per-request EMB lookups (keys) of requests ``start..`` given their computed tokens."""
+    n_h = 0
+    n_c = 0
+    for t in range(item_keys.shape[1]):
+        n_h += hist_tab[t]
+        n_c += cand_tab[t]
+    out = np.empty(n_computed.shape[0], np.int64)
+    for j in range(n_computed.shape[0]):
+        i = start + j
+        m = ncand[i] if explicit or tok_off[i + 1] > 0 else 0  # nothing to draw from yet
+        out[j] = n_computed[j] * n_h + m * n_c
+    return out
+
+
+@nb.njit(cache=True)
+def fill_stream(
+    user, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit,
+    seed, window, start, n_computed, item_keys, hist_tab, cand_tab, offs, ids,
+):  # fmt: skip
+    """The EMB key stream of requests ``start..``: history tokens, then candidates, table by table."""
+    n_tab = item_keys.shape[1]
     for j in range(n_computed.shape[0]):
         i = start + j
         base = uoff[user[i]] + hist_end[i]
+        n = n_computed[j]
         w = offs[j]
-        for p in range(base - n_computed[j], base):
-            ids[w] = hist[p]
-            w += 1
-        for p in range(coff[i], coff[i + 1]):
-            ids[w] = cvals[p]
-            w += 1
+        for x in range(n + ncand[i]):
+            if x < n:
+                item = hist[base - n + x]
+            elif explicit:
+                item = cvals[coff[i] + x - n]
+            else:
+                item = draw_candidate(seed, i, x - n, tok_off, tok_stream, window)
+                if item < 0:
+                    continue
+            for t in range(n_tab):
+                if (hist_tab[t] if x < n else cand_tab[t]) == 0:
+                    continue
+                ids[w] = item_keys[item, t]
+                w += 1
 
 
 @nb.njit(cache=True)

@@ -1,57 +1,107 @@
-"""The compiled cache core: EMB row LRU and per-user KV LRU with prefix reuse.
+"""The compiled cache core: an EMB LRU over (table, row) keys and a per-user KV LRU with prefix reuse.
 
 This is the engine every later stage calls (curves, node simulator, oracle,
 cluster). State is explicit (:class:`CacheState`): it is carried from window
 to window, resized at a boundary and copied. Replays run in one numba loop
-over dense ids; LRU order lives in array-linked lists (``prev``/``next``
-indices, ``-1`` for none) so a hit, a miss and an eviction are O(1).
+over dense ids (:mod:`helm_plan.cache._kernels`).
 
-Per request (DESIGN.md, Node model):
+Per request (DESIGN.md, Node model), with ``H`` the user's history length:
 
-1. KV. ``L = min(hist_end, max_seq_len)``; the cached prefix is valid only if
-   the user's truncated history still starts where it did (no sliding of the
-   ``max_seq_len`` window). Then ``c`` tokens are reused and ``n = L - c``
-   computed. Afterwards the user holds ``L`` tokens, evicting LRU users; a user
-   larger than the whole KV capacity is not cached.
-2. EMB. Lookups are the ``n`` computed history tokens, then the candidates;
-   each miss is inserted with LRU eviction.
+1. KV. The context is ``[s0, H)``: ``s0 = 0`` while ``H <= max_seq_len``,
+   then ``s0 = ceil((H − max_seq_len)/chunk)·chunk`` (the start moves in
+   chunks of ``kv_slide_chunk`` tokens), ``L = H − s0``. A cached prefix is
+   reused only if it starts at ``s0``; then ``c`` tokens are reused and
+   ``n = L − c`` computed. Afterwards the user holds ``L`` tokens (evicting
+   LRU users), unless ``L`` exceeds the whole capacity or the next appended
+   token would move the start (such KV can never serve a request that adds
+   items, so it is not admitted).
+2. EMB. Each of the ``n`` computed history tokens looks up one key per table
+   with ``per_history_token``; each candidate one per table with
+   ``per_candidate`` (:mod:`helm_plan.cache.keys`). A miss copies the key in,
+   evicting LRU keys until its bytes fit; a key larger than the whole
+   capacity is fetched but not cached.
+
+Implicit candidates (a trace without a ``candidates`` column) are drawn in
+the kernel from the interaction stream up to each request (no look-ahead).
 
 The EMB LRU is log-structured because EMB lookups dominate (history tokens
-plus hundreds of candidates per request): ``emb_last[item]`` holds the clock
-of the item's latest access (-1: not resident) and every access appends
-``(item, clock)`` to a queue. The least recently used row is the first queue
-entry that is still current (``emb_last[item] == clock``). A hit is one
-write and one append instead of a four-pointer move-to-front; the queue is
-compacted when full (amortised O(1)), and eviction order is exactly LRU. KV
-(one operation per request, not per token) keeps a doubly linked list.
+plus hundreds of candidates per request): ``emb_last[key]`` holds the clock
+of the key's latest access (-1: not resident) and every access appends
+``(key, clock)`` to a queue. The least recently used key is the first queue
+entry that is still current (``emb_last[key] == clock``). A hit is one write
+and one append; the queue is compacted when full (amortised O(1)), and
+eviction order is exactly LRU. KV (one operation per request) keeps a doubly
+linked list.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from helm_plan.arrays import TraceArrays
 from helm_plan.cache import _kernels as K
+from helm_plan.cache.keys import EmbKeys, emb_keys
 from helm_plan.errors import ConfigError
 from helm_plan.profiles import ModelProfile
 
 _QUEUE_SLACK = 1024
 
+REPLAYED = {"requests": 0}
+"""Requests replayed through the caches by this process (every replay goes through
+:func:`replay`): divided by a trace's length, how many times it was replayed. For tests
+and benchmarks that count the work a pipeline does; nothing reads it otherwise."""
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """A trace as the cache core replays it under one model: arrays, EMB keys, context rules."""
+
+    arrays: TraceArrays
+    """Dense trace arrays."""
+    keys: EmbKeys
+    """EMB keys of the trace's items under the model's tables."""
+    max_seq_len: int
+    """Longest context, tokens."""
+    kv_slide_chunk: int
+    """Tokens the context start moves by past max_seq_len."""
+
+    @classmethod
+    def of(cls, arrays: TraceArrays, model: ModelProfile) -> Workload:
+        """The workload of ``arrays`` under ``model``."""
+        if not 1 <= model.kv_slide_chunk <= model.max_seq_len:
+            raise ConfigError(
+                f"kv_slide_chunk must be in [1, max_seq_len={model.max_seq_len}], "
+                f"got {model.kv_slide_chunk}",
+                hint="fix the model profile",
+            )
+        return cls(
+            arrays, emb_keys(arrays.item_ids, model), model.max_seq_len, model.kv_slide_chunk
+        )
+
+    @property
+    def n_keys(self) -> int:
+        return self.keys.n_keys
+
+    @property
+    def direct_bytes(self) -> int:
+        """Row bytes when keys are the items themselves (one identity table), else 0."""
+        return self.keys.direct_bytes
+
 
 @dataclass
 class CacheState:
-    """Mutable cache contents of one GPU: EMB rows and per-user KV prefixes."""
+    """Mutable cache contents of one GPU: EMB keys and per-user KV prefixes."""
 
     emb_last: np.ndarray
-    """Clock of each item's latest access, -1 if its row is not cached, int64."""
+    """Clock of each key's latest access, -1 if it is not cached, int64."""
     emb_qi: np.ndarray
-    """Access-log queue: item ids, int32."""
+    """Access-log queue: keys, int32."""
     emb_qt: np.ndarray
     """Access-log queue: access clocks, int64."""
     emb_meta: np.ndarray
-    """[queue head, queue tail, rows used, capacity rows, clock], int64."""
+    """[queue head, queue tail, bytes used, capacity bytes, clock], int64."""
     kv_prev: np.ndarray
     """LRU link towards MRU per user, int32."""
     kv_next: np.ndarray
@@ -62,33 +112,37 @@ class CacheState:
     """History offset where the cached prefix starts, int64."""
     kv_meta: np.ndarray
     """[head, tail, tokens used, capacity tokens], int64."""
+    key_bytes: np.ndarray = field(repr=False)
+    """Bytes of each key (shared, never modified)."""
 
     @classmethod
-    def empty(cls, n_items: int, n_users: int, emb_rows: int, kv_tokens: int) -> CacheState:
+    def empty(
+        cls, key_bytes: np.ndarray, n_users: int, emb_bytes: int, kv_tokens: int
+    ) -> CacheState:
         """Cold caches with the given capacities."""
-        if emb_rows < 0 or kv_tokens < 0:
-            raise ConfigError(
-                f"capacities must be >= 0, got emb_rows={emb_rows}, kv_tokens={kv_tokens}"
-            )
-        q = _queue_size(emb_rows, n_items)
+        _check_caps(emb_bytes, kv_tokens)
+        kb = np.ascontiguousarray(key_bytes, np.int64)
+        q = _queue_size(emb_bytes, kb)
         return cls(
-            emb_last=np.full(n_items, -1, np.int64),
+            emb_last=np.full(len(kb), -1, np.int64),
             emb_qi=np.zeros(q, np.int32),
             emb_qt=np.zeros(q, np.int64),
-            emb_meta=np.array([0, 0, 0, emb_rows, 0], np.int64),
+            emb_meta=np.array([0, 0, 0, emb_bytes, 0], np.int64),
             kv_prev=np.full(n_users, -1, np.int32),
             kv_next=np.full(n_users, -1, np.int32),
             kv_len=np.full(n_users, -1, np.int64),
             kv_start=np.zeros(n_users, np.int64),
             kv_meta=np.array([-1, -1, 0, kv_tokens], np.int64),
+            key_bytes=kb,
         )
 
     def copy(self) -> CacheState:
         """A deep copy (for what-if evaluation from the same warm state)."""
-        return CacheState(**{k: v.copy() for k, v in self.__dict__.items()})
+        d = {k: v.copy() for k, v in self.__dict__.items() if k != "key_bytes"}
+        return CacheState(**d, key_bytes=self.key_bytes)
 
     @property
-    def emb_capacity_rows(self) -> int:
+    def emb_capacity_bytes(self) -> int:
         return int(self.emb_meta[K.CAP])
 
     @property
@@ -96,7 +150,7 @@ class CacheState:
         return int(self.kv_meta[K.CAP])
 
     @property
-    def emb_rows_used(self) -> int:
+    def emb_bytes_used(self) -> int:
         return int(self.emb_meta[K.USED])
 
     @property
@@ -105,11 +159,11 @@ class CacheState:
 
     @property
     def emb_resident(self) -> np.ndarray:
-        """1 where the item's row is cached, uint8 (a fresh array)."""
-        return (self.emb_last >= 0).astype(np.uint8)
+        """True where the key is cached (a fresh array)."""
+        return self.emb_last >= 0
 
     def emb_lru_order(self) -> np.ndarray:
-        """Resident item ids from MRU to LRU (for tests and inspection)."""
+        """Resident keys from MRU to LRU (for tests and inspection)."""
         return K.emb_order(self.emb_last, self.emb_qi, self.emb_qt, self.emb_meta)
 
     def kv_lru_order(self) -> np.ndarray:
@@ -117,16 +171,15 @@ class CacheState:
         n = int((self.kv_len >= 0).sum())
         return K.walk(self.kv_next, int(self.kv_meta[K.HEAD]), n)
 
-    def resize(self, emb_rows: int, kv_tokens: int) -> tuple[int, int]:
-        """Set new capacities; shrinking evicts LRU entries. Returns (rows, users) evicted."""
-        if emb_rows < 0 or kv_tokens < 0:
-            raise ConfigError(
-                f"capacities must be >= 0, got emb_rows={emb_rows}, kv_tokens={kv_tokens}"
-            )
-        self.emb_meta[K.CAP] = emb_rows
+    def resize(self, emb_bytes: int, kv_tokens: int) -> tuple[int, int]:
+        """Set new capacities; shrinking evicts LRU entries. Returns (keys, users) evicted."""
+        _check_caps(emb_bytes, kv_tokens)
+        self.emb_meta[K.CAP] = emb_bytes
         self.kv_meta[K.CAP] = kv_tokens
-        ev_rows = K.emb_shrink(self.emb_last, self.emb_qi, self.emb_qt, self.emb_meta)
-        q = _queue_size(emb_rows, len(self.emb_last))
+        ev_keys = K.emb_shrink(
+            self.emb_last, self.emb_qi, self.emb_qt, self.emb_meta, self.key_bytes
+        )
+        q = _queue_size(emb_bytes, self.key_bytes)
         if q > len(self.emb_qi):  # a larger cache needs a larger log to stay amortised O(1)
             K.emb_compact(self.emb_last, self.emb_qi, self.emb_qt, self.emb_meta)
             n = int(self.emb_meta[K.QT])
@@ -134,131 +187,162 @@ class CacheState:
             qi[:n], qt[:n] = self.emb_qi[:n], self.emb_qt[:n]
             self.emb_qi, self.emb_qt = qi, qt
         ev_users = K.kv_shrink(self.kv_prev, self.kv_next, self.kv_len, self.kv_meta)
-        return int(ev_rows), int(ev_users)
+        return int(ev_keys), int(ev_users)
+
+
+def _check_caps(emb_bytes: int, kv_tokens: int) -> None:
+    if emb_bytes < 0 or kv_tokens < 0:
+        raise ConfigError(
+            f"capacities must be >= 0, got emb_bytes={emb_bytes}, kv_tokens={kv_tokens}",
+            hint="pass an EMB share in [0, 1] and a positive pool",
+        )
 
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """Per-request cache outcomes of one replayed span ``[start, stop)``."""
+    """Per-request cache outcomes of one replayed span ``[start, stop)`` (int64 arrays)."""
 
     n_computed: np.ndarray
-    """History tokens computed (prefill), int64."""
+    """History tokens computed (prefill)."""
     n_reused: np.ndarray
-    """History tokens reused from the KV cache, int64."""
+    """History tokens reused from the KV cache."""
     ctx_len: np.ndarray
-    """Context length L (history capped at max_seq_len), int64."""
-    n_lookup: np.ndarray
-    """EMB lookups: computed tokens plus candidates, int64."""
+    """Context length L."""
+    n_cand: np.ndarray
+    """Candidates scored."""
+    lookup_bytes: np.ndarray
+    """EMB bytes looked up (computed tokens and candidates, all tables)."""
+    miss_bytes: np.ndarray
+    """EMB bytes copied host-to-device."""
     n_miss: np.ndarray
-    """EMB misses (rows copied host-to-device), int64."""
-    prefetched_rows: int
-    """Rows inserted by the refill prefetch during the span."""
-    lookup_counts: np.ndarray | None
-    """EMB lookups per item during the span, if requested."""
+    """EMB keys missed."""
+    prefetched: int
+    """Keys inserted by the refill prefetch during the span."""
 
 
 def capacities(ratio: float, pool_bytes: int, model: ModelProfile) -> tuple[int, int]:
-    """(EMB rows, KV tokens) for EMB share ``ratio`` of a ``pool_bytes`` pool."""
+    """(EMB bytes, KV tokens) for EMB share ``ratio`` of a ``pool_bytes`` pool."""
     if not 0.0 <= ratio <= 1.0:
-        raise ConfigError(f"ratio must be in [0, 1], got {ratio}")
-    emb = int(np.floor(ratio * pool_bytes / model.row_bytes))
+        raise ConfigError(f"ratio must be in [0, 1], got {ratio}", hint="pass r in [0, 1]")
+    emb = int(np.floor(ratio * pool_bytes))
     kv = int(np.floor((1.0 - ratio) * pool_bytes / model.kv_bytes_per_token))
     return emb, kv
 
 
-def new_state(
-    arrays: TraceArrays, ratio: float, pool_bytes: int, model: ModelProfile
-) -> CacheState:
-    """Cold caches for ``arrays`` at EMB share ``ratio``."""
+def new_state(wl: Workload, ratio: float, pool_bytes: int, model: ModelProfile) -> CacheState:
+    """Cold caches for ``wl`` at EMB share ``ratio``."""
     emb, kv = capacities(ratio, pool_bytes, model)
-    return CacheState.empty(arrays.n_items, arrays.n_users, emb, kv)
+    return CacheState.empty(wl.keys.key_bytes, wl.arrays.n_users, emb, kv)
 
 
-def _queue_size(emb_rows: int, n_items: int) -> int:
-    # At most min(rows, items) entries are current, so a compaction frees over half the log.
-    return 2 * min(emb_rows, n_items) + _QUEUE_SLACK
+def _queue_size(emb_bytes: int, key_bytes: np.ndarray) -> int:
+    # At most min(keys, bytes / smallest key) entries are current, so a compaction frees
+    # over half the log.
+    if len(key_bytes) == 0:
+        return _QUEUE_SLACK
+    most = min(len(key_bytes), emb_bytes // max(int(key_bytes.min()), 1))
+    return 2 * int(most) + _QUEUE_SLACK
 
 
-_NO_PF_ROWS = np.zeros(0, np.int32)
+_NO_PF_KEYS = np.zeros(0, np.int32)
 _NO_PF_T = np.zeros(0, np.float64)
+_NO_COUNTS = np.zeros(0, np.float32)
 
 
 def replay(
-    arrays: TraceArrays,
+    wl: Workload,
     state: CacheState,
     start: int = 0,
     stop: int | None = None,
     *,
-    max_seq_len: int,
-    prefetch_rows: np.ndarray | None = None,
+    prefetch_keys: np.ndarray | None = None,
     prefetch_ready_s: np.ndarray | None = None,
-    count_lookups: bool = False,
+    counts: np.ndarray | None = None,
 ) -> ReplayResult:
     """Replay requests ``[start, stop)`` through ``state`` (mutated in place).
 
-    ``prefetch_rows`` (hottest first) are inserted into free EMB space once the
-    simulated clock passes ``prefetch_ready_s`` (refill modes ``eager`` and
-    ``throttled``); they never evict.
+    ``prefetch_keys`` (hottest first) are inserted into free EMB bytes once
+    the clock passes ``prefetch_ready_s`` (refill modes ``eager`` and
+    ``throttled``); they never evict. ``counts`` (float32 per key), if given,
+    gains one per EMB lookup (the refill's hotness signal).
     """
-    stop = arrays.n_requests if stop is None else stop
-    if not 0 <= start <= stop <= arrays.n_requests:
+    a = wl.arrays
+    stop = a.n_requests if stop is None else stop
+    if not 0 <= start <= stop <= a.n_requests:
         raise ConfigError(
-            f"span [{start}, {stop}) is outside the trace of {arrays.n_requests} requests"
+            f"span [{start}, {stop}) is outside the trace of {a.n_requests} requests",
+            hint="pass request indices within the trace",
         )
-    if max_seq_len <= 0:
-        raise ConfigError(f"max_seq_len must be positive, got {max_seq_len}")
-    pf_rows = (
-        _NO_PF_ROWS if prefetch_rows is None else np.ascontiguousarray(prefetch_rows, np.int32)
-    )
+    pf_k = _NO_PF_KEYS if prefetch_keys is None else np.ascontiguousarray(prefetch_keys, np.int32)
     pf_t = (
         _NO_PF_T if prefetch_ready_s is None else np.ascontiguousarray(prefetch_ready_s, np.float64)
     )
-    if len(pf_rows) != len(pf_t):
-        raise ConfigError("prefetch_rows and prefetch_ready_s must have the same length")
-    m = stop - start
-    out = np.zeros((5, m), np.int64)
-    counts = np.zeros(arrays.n_items if count_lookups else 0, np.int64)
+    if len(pf_k) != len(pf_t):
+        raise ConfigError(
+            "prefetch_keys and prefetch_ready_s must have the same length",
+            hint="pass one ready time per prefetched key",
+        )
+    cnt = _NO_COUNTS if counts is None else counts
+    if counts is not None and (counts.dtype != np.float32 or len(counts) != wl.n_keys):
+        raise ConfigError(
+            f"counts must be float32 with one entry per key ({wl.n_keys})",
+            hint="pass np.zeros(workload.n_keys, np.float32)",
+        )
+    out = np.zeros((K.N_OUT, stop - start), np.int64)
+    REPLAYED["requests"] += stop - start
+    k = wl.keys
     pf_done = K.replay(
-        arrays.ts_s, arrays.user, arrays.hist_end, arrays.user_hist_offsets, arrays.hist_values,
-        arrays.cand_offsets, arrays.cand_values, start, stop, max_seq_len,
+        a.ts_s, a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off, a.tok_stream,
+        a.cand_offsets, a.cand_values, a.n_cand, a.explicit_candidates,
+        a.candidate_seed, a.candidate_window_tokens, start, stop,
+        wl.max_seq_len, wl.kv_slide_chunk, k.item_keys, k.hist_tables, k.cand_tables, k.key_bytes,
+        k.table_bytes,
         state.emb_last, state.emb_qi, state.emb_qt, state.emb_meta,
         state.kv_prev, state.kv_next, state.kv_len, state.kv_start, state.kv_meta,
-        pf_rows, pf_t, counts, out,
+        pf_k, pf_t, cnt, wl.direct_bytes, out,
     )  # fmt: skip
     return ReplayResult(
-        n_computed=out[0],
-        n_reused=out[1],
-        ctx_len=out[2],
-        n_lookup=out[3],
-        n_miss=out[4],
-        prefetched_rows=int(pf_done),
-        lookup_counts=counts if count_lookups else None,
+        n_computed=out[K.OUT_COMPUTED],
+        n_reused=out[K.OUT_REUSED],
+        ctx_len=out[K.OUT_CTX],
+        n_cand=out[K.OUT_CAND],
+        lookup_bytes=out[K.OUT_LOOKUP_B],
+        miss_bytes=out[K.OUT_MISS_B],
+        n_miss=out[K.OUT_MISS],
+        prefetched=int(pf_done),
     )
 
 
-def kv_pass(arrays: TraceArrays, kv_tokens: int, *, max_seq_len: int) -> ReplayResult:
+def kv_pass(wl: Workload, kv_tokens: int) -> ReplayResult:
     """Replay the KV cache alone (EMB capacity 0) from cold: per-request computed tokens."""
-    st = CacheState.empty(arrays.n_items, arrays.n_users, 0, kv_tokens)
-    return replay(arrays, st, max_seq_len=max_seq_len)
+    st = CacheState.empty(wl.keys.key_bytes, wl.arrays.n_users, 0, kv_tokens)
+    return replay(wl, st)
 
 
 def lookup_stream(
-    arrays: TraceArrays, n_computed: np.ndarray, start: int = 0, stop: int | None = None
+    wl: Workload, n_computed: np.ndarray, start: int = 0, stop: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The EMB access stream of requests ``[start, stop)`` given their computed tokens.
+    """The EMB key stream of requests ``[start, stop)`` given their computed tokens.
 
-    Returns (item ids int32, per-request offsets int64 of len stop-start+1).
+    Returns (keys int32, per-request offsets int64 of len stop-start+1).
     """
-    stop = arrays.n_requests if stop is None else stop
-    n_computed = np.asarray(n_computed, np.int64)
+    a, k = wl.arrays, wl.keys
+    stop = a.n_requests if stop is None else stop
+    n_computed = np.ascontiguousarray(n_computed, np.int64)
     if len(n_computed) != stop - start:
-        raise ConfigError(f"n_computed has {len(n_computed)} entries for a span of {stop - start}")
-    ncand = arrays.cand_offsets[start + 1 : stop + 1] - arrays.cand_offsets[start:stop]
+        raise ConfigError(
+            f"n_computed has {len(n_computed)} entries for a span of {stop - start}",
+            hint="pass one computed-token count per request of the span",
+        )
+    per = K.count_stream(n_computed, a.n_cand, a.tok_off, a.explicit_candidates, start,
+                         k.item_keys, k.hist_tables, k.cand_tables)  # fmt: skip
     offs = np.zeros(stop - start + 1, np.int64)
-    np.cumsum(n_computed + ncand, out=offs[1:])
+    np.cumsum(per, out=offs[1:])
     ids = np.empty(int(offs[-1]), np.int32)
     K.fill_stream(
-        arrays.user, arrays.hist_end, arrays.user_hist_offsets, arrays.hist_values,
-        arrays.cand_offsets, arrays.cand_values, start, n_computed, offs, ids,
+        a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off, a.tok_stream,
+        a.cand_offsets, a.cand_values, a.n_cand, a.explicit_candidates,
+        a.candidate_seed, a.candidate_window_tokens, start, n_computed,
+        k.item_keys, k.hist_tables, k.cand_tables, offs, ids,
     )  # fmt: skip
     return ids, offs

@@ -1,24 +1,42 @@
 """EMB hit-rate and KV token-reuse curves over the whole pool, whole trace and per window.
 
-Three curves, each at ``n_points`` capacities evenly spaced over ``[0, B]``
-(``B`` = the cache pool):
+Three curves over the capacities of :func:`capacity_grid` from 0 to ``B``
+(``B`` = the cache pool): 0, then ``n_points - 1`` capacities spaced evenly
+in log(bytes) from one EMB row (or one KV token, if smaller) to ``B``, plus
+the split point ``ratio * B`` and the trace's EMB and KV footprints when they
+are below ``B``. The log axis resolves real traces whose footprint is a small
+share of the pool (a linear axis put their knees on its first point), and
+each knee is found on it (Kneedle on log bytes). The curves:
 
 - ``kv``: KV token-reuse rate (reused / context tokens) of a KV cache of
   ``capacity_bytes`` (``floor(bytes / kv_bytes_per_token)`` tokens). One pass of
-  token-weighted stack distances, exact from the largest context length up;
+  token-weighted LRU distances, exact from the largest admitted context up;
   capacities below it are replayed exactly (:mod:`helm_plan.cache.kvcurve`).
-- ``emb``: EMB hit rate of ``floor(bytes / row_bytes)`` rows, on the lookup
-  stream produced with the KV cache fixed at ``(1 - ratio) * B`` -- the KV
-  share at EMB share ``ratio``. The EMB stream depends on KV misses (the
-  coupling), so the curve is exact only for that KV capacity; its value at
-  ``pool_fraction == ratio`` is the EMB hit rate of the split ``ratio``.
+- ``emb``: EMB hit rate *by bytes* (hit bytes / looked-up bytes, the
+  simulator's ``emb_hit_rate``) of an LRU of ``capacity_bytes`` over the
+  model's (table, row) keys, on the lookup stream produced with the KV cache
+  fixed at ``(1 - ratio) * B``, the KV share at EMB share ``ratio``. The EMB
+  stream depends on KV misses (the coupling), so the curve is exact only for
+  that KV capacity; its value at ``pool_fraction == ratio`` is the EMB hit
+  rate of the split ``ratio``.
 - ``emb_kv0``: the same with KV capacity 0: every request recomputes its whole
-  history (the worst-case EMB stream).
+  context (the worst-case EMB stream).
 
-EMB curves come from exact LRU stack distances (:mod:`helm_plan.cache.stack`)
-or, with ``sample_rate < 1`` or ``sample_size``, from SHARDS. Windows are
-``window_s`` long; the caches are warm across windows (distances are
-computed over the whole prefix and bucketed by the request's window).
+EMB curves come from byte-weighted LRU stack distances, exact at every
+capacity (:mod:`helm_plan.cache.stack`), or with ``sample_rate < 1`` or
+``sample_size`` from SHARDS (:mod:`helm_plan.cache.shards`); the lookup stream
+is generated chunk by chunk as the pass consumes it, sampled at generation
+under SHARDS (:mod:`helm_plan.cache.embstream`). Windows are ``window_s``
+long; the caches are warm across windows.
+
+**Schema (v2).** Columns :data:`SCHEMA` as before; for EMB rows
+``hit_rate`` is weighted by bytes and ``n_accesses`` counts keys looked up
+(all tables; the denominator of ``hit_rate`` is their bytes). File metadata
+``helm_plan.curves``: the former ``row_bytes`` (one row size) is replaced by
+``tables``, one entry per embedding table of the model (``name``, ``key``,
+``rows``, ``row_bytes``, ``per_history_token``, ``per_candidate``,
+``n_keys`` = distinct (table, row) keys the trace's items reach), and
+``footprint`` has ``n_keys`` instead of ``n_items``.
 """
 
 from __future__ import annotations
@@ -30,14 +48,15 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from helm_plan import io
 from helm_plan.arrays import TraceArrays, window_edges
-from helm_plan.cache import core, kvcurve, stack
+from helm_plan.cache import core, embstream, kvcurve
+from helm_plan.cache.core import Workload
 from helm_plan.cache.footprint import Footprint, footprint
 from helm_plan.cache.knee import kneedle
+from helm_plan.cache.shards import SHARDS_MODULUS
 from helm_plan.config import require_positive, require_range
 from helm_plan.errors import ConfigError, InputFileError
 from helm_plan.profiles import GpuProfile, ModelProfile, Pool
@@ -77,11 +96,11 @@ class CurvesConfig:
     ratio: float = 0.5
     """EMB share r of the pool whose KV capacity (1 - r) * pool fixes the `emb` curve's stream."""
     n_points: int = 101
-    """Capacities per curve, evenly spaced over [0, pool] inclusive."""
+    """0 plus this many - 1 capacities log-spaced from one row (or KV token) to the pool."""
     sample_rate: float = 1.0
     """SHARDS sampling rate for the EMB curves (1 = exact stack distances)."""
     sample_size: int | None = None
-    """Fixed-size SHARDS: at most this many distinct sampled items (None = fixed-rate)."""
+    """Fixed-size SHARDS: at most this many distinct sampled keys (None = fixed-rate)."""
     shards_adjust: bool = True
     """Apply SHARDS_adj (correct the sampled access count) when sampling."""
     seed: int = 0
@@ -91,8 +110,11 @@ class CurvesConfig:
         require_positive("window_s", self.window_s)
         require_range("ratio", self.ratio, 0.0, 1.0)
         if self.n_points < 2:
-            raise ConfigError(f"n_points must be >= 2, got {self.n_points}")
-        require_range("sample_rate", self.sample_rate, 1.0 / stack.SHARDS_MODULUS, 1.0)
+            raise ConfigError(
+                f"n_points must be >= 2, got {self.n_points}",
+                hint="set [curves] n_points >= 2 in the plan file",
+            )
+        require_range("sample_rate", self.sample_rate, 1.0 / SHARDS_MODULUS, 1.0)
         if self.sample_size is not None:
             require_positive("sample_size", self.sample_size)
 
@@ -109,8 +131,9 @@ class Curves:
     ``table`` holds one row per (kind, window, capacity). ``window`` is -1 for
     the whole trace, else the window index (``window_start_s`` to
     ``window_end_s``); ``hit_rate`` is EMB hits / lookups or KV reused / context
-    tokens (NaN when the window has none); ``n_accesses`` is that denominator
-    (lookups or context tokens); ``exact`` is False for SHARDS estimates.
+    tokens (NaN when the window has none), EMB weighted by bytes;
+    ``n_accesses`` counts EMB keys looked up or KV context tokens; ``exact``
+    is False for SHARDS estimates.
     """
 
     table: pl.DataFrame
@@ -123,8 +146,8 @@ class Curves:
     """Model profile name."""
     pool_bytes: int
     """Cache pool B the capacities span."""
-    row_bytes: int
-    """Bytes of one EMB row."""
+    tables: tuple[dict[str, object], ...]
+    """Per embedding table: name, key, rows, row_bytes, lookups per token/candidate, n_keys."""
     kv_bytes_per_token: int
     """Bytes of KV per token."""
     emb_kv_tokens: int
@@ -151,7 +174,7 @@ class Curves:
             "gpu": self.gpu,
             "model": self.model,
             "pool_bytes": self.pool_bytes,
-            "row_bytes": self.row_bytes,
+            "tables": list(self.tables),
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "emb_kv_tokens": self.emb_kv_tokens,
             "footprint": asdict(self.footprint),
@@ -162,92 +185,71 @@ class Curves:
 
 
 def compute_curves(
-    arrays: TraceArrays,
+    data: TraceArrays | Workload,
     gpu: GpuProfile,
     model: ModelProfile,
     pool: Pool,
     cfg: CurvesConfig,
     progress: Callable[[int, int], None] | None = None,
+    *,
+    sink: embstream.Sink | None = None,
 ) -> Curves:
-    """Measure the ``emb``, ``emb_kv0`` and ``kv`` curves over the pool, whole trace and per window."""
+    """Measure the ``emb``, ``emb_kv0`` and ``kv`` curves over the pool, whole trace and per window.
+
+    ``sink`` (e.g. a :class:`StreamWriter`) receives the ``emb`` curve's
+    lookup stream chunk by chunk while its pass runs.
+    """
     report = progress or (lambda done, total: None)
     total_steps = 4
+    wl = data if isinstance(data, Workload) else Workload.of(data, model)
+    arrays = wl.arrays
     if arrays.n_requests == 0:
-        raise ConfigError("cannot measure curves of an empty trace")
+        raise ConfigError("cannot measure curves of an empty trace", hint="pass a non-empty trace")
     B = int(pool.pool_bytes)
     require_positive("pool_bytes", B)
-    msl = model.max_seq_len
-    frac = np.linspace(0.0, 1.0, cfg.n_points)
-    cap_bytes = np.floor(frac * B).astype(np.int64)
+    fp = footprint(wl, model)
+    cap_bytes = capacity_grid(B, model, cfg, fp)
+    frac = cap_bytes / B
     edges = window_edges(arrays.ts_s, cfg.window_s)
     n_win = len(edges) - 1
-    req_win = np.repeat(np.arange(n_win, dtype=np.int32), np.diff(edges))
     report(0, total_steps)
 
-    # KV: one pass, exact replay below the largest context length.
-    grid_tok = cap_bytes // model.kv_bytes_per_token
-    kd = kvcurve.kv_distances(arrays, max_seq_len=msl)
-    kv_hits, kv_ctx = kvcurve.binned_reuse(kd, grid_tok, req_win, n_win)
-    small = np.flatnonzero(grid_tok < kd.exact_from_tokens)
-    if len(small):
-        exact = kvcurve.kv_reuse_exact(
-            arrays, grid_tok[small], max_seq_len=msl, request_window=req_win, n_windows=n_win
-        )
-        kv_hits[:, small] = exact.T
-    report(1, total_steps)
-
-    grid_rows = cap_bytes // model.row_bytes
-    results = {"kv": (kv_hits.astype(np.float64), kv_ctx, True)}
+    # EMB first, so a sink's writer overlaps the passes after it.
     emb_kv = core.capacities(cfg.ratio, B, model)[1]
-    for step, (kind, kv_tokens) in enumerate((("emb_kv0", 0), ("emb", emb_kv)), start=2):
-        kvr = core.kv_pass(arrays, kv_tokens, max_seq_len=msl)
-        ids, offs = core.lookup_stream(arrays, kvr.n_computed)
-        if cfg.sampled:
-            hits, n_acc = stack.shards_binned_hits(
-                ids, grid_rows, sample_rate=cfg.sample_rate, sample_size=cfg.sample_size,
-                seed=cfg.seed, adjust=cfg.shards_adjust, offsets=offs,
-                request_window=req_win, n_windows=n_win, n_ids=arrays.n_items,
-            )  # fmt: skip
-        else:
-            ih, n_acc = stack.binned_hits(
-                ids, grid_rows, offsets=offs, request_window=req_win, n_windows=n_win,
-                n_ids=arrays.n_items,
-            )  # fmt: skip
-            hits = ih.astype(np.float64)
-        results[kind] = (hits, n_acc, not cfg.sampled)
+    sampling = (
+        embstream.Sampling(cfg.sample_rate, cfg.sample_size, cfg.seed, cfg.shards_adjust)
+        if cfg.sampled
+        else None
+    )
+    results = {}
+    for step, (kind, kv_tokens) in enumerate((("emb", emb_kv), ("emb_kv0", 0)), start=1):
+        eh = embstream.emb_hits(
+            wl, kv_tokens, cap_bytes, edges, sampling=sampling,
+            sink=sink if kind == "emb" else None,
+        )  # fmt: skip
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rate = eh.hit_bytes / np.maximum(eh.lookup_bytes, 1)[:, None]
+        whole = eh.hit_bytes.sum(axis=0) / max(int(eh.lookup_bytes.sum()), 1)
+        results[kind] = (rate, whole, eh.lookup_bytes > 0, eh.lookups, eh.exact)
         report(step, total_steps)
 
+    # KV: one pass, exact replay below the largest admitted context.
+    grid_tok = cap_bytes // model.kv_bytes_per_token
+    kd = kvcurve.kv_distances(wl)
+    kv_hits, kv_ctx = kvcurve.binned_reuse(kd, grid_tok, edges)
+    small = np.flatnonzero(grid_tok < kd.exact_from_tokens)
+    if len(small):
+        kv_hits[:, small] = kvcurve.kv_reuse_exact(wl, grid_tok[small], edges).T
+    rate = kv_hits / np.maximum(kv_ctx, 1)[:, None]
+    whole = kv_hits.sum(axis=0) / max(int(kv_ctx.sum()), 1)
+    results["kv"] = (rate, whole, kv_ctx > 0, kv_ctx, True)
+    report(3, total_steps)
+
     w_start = np.arange(n_win, dtype=np.float64) * cfg.window_s
-    w_end = w_start + cfg.window_s
-    frames = []
-    for kind in KINDS:
-        hits, n_acc, is_exact = results[kind]
-        all_hits = hits.sum(axis=0, keepdims=True)
-        all_n = np.array([n_acc.sum()], np.int64)
-        H = np.vstack([all_hits, hits])
-        N = np.concatenate([all_n, n_acc])
-        windows = np.concatenate([[WHOLE], np.arange(n_win)]).astype(np.int32)
-        starts = np.concatenate([[0.0], w_start])
-        ends = np.concatenate([[float(arrays.ts_s[-1])], w_end])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rate = np.where(N[:, None] > 0, H / np.maximum(N, 1)[:, None], np.nan)
-        k = len(windows)
-        frames.append(
-            pl.DataFrame(
-                {
-                    "kind": np.full(k * cfg.n_points, kind),
-                    "window": np.repeat(windows, cfg.n_points),
-                    "window_start_s": np.repeat(starts, cfg.n_points),
-                    "window_end_s": np.repeat(ends, cfg.n_points),
-                    "capacity_bytes": np.tile(cap_bytes, k),
-                    "pool_fraction": np.tile(frac, k),
-                    "hit_rate": rate.ravel(),
-                    "n_accesses": np.repeat(N, cfg.n_points),
-                    "exact": np.full(k * cfg.n_points, is_exact),
-                },
-                schema=SCHEMA,
-            )
-        )
+    frames = [
+        _frame(kind, *results[kind], cap_bytes, frac, w_start, cfg.window_s, arrays)
+        for kind in KINDS
+    ]
     table = pl.concat(frames)
     knees = _knees(table)
     report(total_steps, total_steps)
@@ -257,18 +259,72 @@ def compute_curves(
         gpu=gpu.name,
         model=model.name,
         pool_bytes=B,
-        row_bytes=model.row_bytes,
+        tables=table_info(wl, model),
         kv_bytes_per_token=model.kv_bytes_per_token,
         emb_kv_tokens=int(emb_kv),
-        footprint=footprint(arrays, model),
+        footprint=fp,
         config=cfg,
+    )
+
+
+def capacity_grid(B: int, model: ModelProfile, cfg: CurvesConfig, fp: Footprint) -> np.ndarray:
+    """The curves' capacities in bytes, sorted and distinct (see the module docstring)."""
+    lo = min(min(t.row_bytes for t in model.tables), model.kv_bytes_per_token, B)
+    logspaced = np.floor(np.geomspace(lo, B, cfg.n_points - 1)).astype(np.int64)
+    marks = [int(cfg.ratio * B)] + [int(b) for b in (fp.emb_bytes, fp.kv_bytes) if 0 < b < B]
+    grid = np.unique(np.concatenate([[0], logspaced, marks, [B]]).astype(np.int64))
+    return grid[(grid >= 0) & (grid <= B)]
+
+
+def table_info(wl: Workload, model: ModelProfile) -> tuple[dict[str, object], ...]:
+    """Per-table metadata of the curves (module docstring, schema v2)."""
+    counts = np.bincount(wl.keys.key_table, minlength=len(model.tables))
+    return tuple(
+        {
+            "name": t.name,
+            "key": t.key,
+            "rows": int(t.rows),
+            "row_bytes": int(t.row_bytes),
+            "per_history_token": int(t.per_history_token),
+            "per_candidate": int(t.per_candidate),
+            "n_keys": int(counts[i]),
+        }
+        for i, t in enumerate(model.tables)
+    )
+
+
+def _frame(kind, rate, whole, has, n_acc, is_exact, cap_bytes, frac, w_start, window_s, arrays):
+    """Rows of one curve kind: the whole trace (window -1), then each window."""
+    n_cap = len(cap_bytes)
+    R = np.vstack([whole[None, :], np.where(has[:, None], rate, np.nan)])
+    N = np.concatenate([[int(np.sum(n_acc))], n_acc]).astype(np.int64)
+    windows = np.concatenate([[WHOLE], np.arange(len(w_start))]).astype(np.int32)
+    starts = np.concatenate([[0.0], w_start])
+    ends = np.concatenate([[float(arrays.ts_s[-1])], w_start + window_s])
+    k = len(windows)
+    return pl.DataFrame(
+        {
+            "kind": np.full(k * n_cap, kind),
+            "window": np.repeat(windows, n_cap),
+            "window_start_s": np.repeat(starts, n_cap),
+            "window_end_s": np.repeat(ends, n_cap),
+            "capacity_bytes": np.tile(cap_bytes, k),
+            "pool_fraction": np.tile(frac, k),
+            "hit_rate": R.ravel(),
+            "n_accesses": np.repeat(N, n_cap),
+            "exact": np.full(k * n_cap, is_exact),
+        },
+        schema=SCHEMA,
     )
 
 
 def _knees(table: pl.DataFrame) -> pl.DataFrame:
     rows = []
     for (kind, window), g in table.group_by(["kind", "window"], maintain_order=True):
-        k = kneedle(g["pool_fraction"].to_numpy(), g["hit_rate"].to_numpy())
+        # Kneedle on log bytes, the axis the grid is spaced on (capacity 0 has no log).
+        pos = np.flatnonzero(g["capacity_bytes"].to_numpy() > 0)
+        kp = kneedle(np.log(g["capacity_bytes"].to_numpy()[pos]), g["hit_rate"].to_numpy()[pos])
+        k = None if kp is None else int(pos[kp])
         if k is None:
             rows.append((kind, window, None, None, None))
         else:
@@ -286,29 +342,6 @@ def write(curves: Curves, path: str | Path, provenance: dict[str, str] | None = 
     return io.write_parquet(path, curves.table.to_arrow(), metadata=meta)
 
 
-def emb_stream(arrays: TraceArrays, model: ModelProfile, pool: Pool, ratio: float) -> pa.Table:
-    """The EMB access stream behind the ``emb`` curve, for checking it with another simulator.
-
-    KV is fixed at ``(1 - ratio) * pool`` (as for the curve), so each request
-    looks up its computed history tokens, then its candidates. Columns:
-    ``request`` (row of the trace), ``ts_s`` and ``item_id`` (the trace's ids).
-    Replaying ``item_id`` through any unit-size LRU of ``c`` rows gives the
-    curve's hit rate at ``c * row_bytes`` bytes.
-    """
-    kv_tokens = core.capacities(ratio, int(pool.pool_bytes), model)[1]
-    kvr = core.kv_pass(arrays, kv_tokens, max_seq_len=model.max_seq_len)
-    ids, offs = core.lookup_stream(arrays, kvr.n_computed)
-    req = np.repeat(np.arange(arrays.n_requests, dtype=np.int64), np.diff(offs))
-    return pa.table({"request": req, "ts_s": arrays.ts_s[req], "item_id": arrays.item_ids[ids]})
-
-
-def write_stream(table: pa.Table, path: str | Path, provenance: dict[str, str]) -> Path:
-    """Atomically write an :func:`emb_stream` table as parquet."""
-    return io.write_parquet(
-        path, table, metadata={"helm_plan.provenance": json.dumps(provenance, sort_keys=True)}
-    )
-
-
 def read_table(path: str | Path) -> pl.DataFrame:
     """Read a curves parquet written by :func:`write`, checking its columns."""
     p = Path(path)
@@ -319,8 +352,13 @@ def read_table(path: str | Path) -> pl.DataFrame:
     try:
         df = pl.from_arrow(pq.read_table(p))
     except Exception as e:  # pyarrow raises several types for a non-parquet file
-        raise InputFileError(f"cannot read {p} as parquet: {e}") from e
+        raise InputFileError(
+            f"cannot read {p} as parquet: {e}", hint="pass a curves file from `helm-plan profile`"
+        ) from e
     missing = [c for c in SCHEMA if c not in df.columns]  # type: ignore[union-attr]
     if missing:
-        raise InputFileError(f"{p} is not a curves file: column {missing[0]!r} missing")
+        raise InputFileError(
+            f"{p} is not a curves file: column {missing[0]!r} missing",
+            hint="pass a curves file from `helm-plan profile`",
+        )
     return df  # type: ignore[return-value]

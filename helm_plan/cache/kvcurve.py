@@ -1,28 +1,33 @@
-"""KV token-reuse curves: byte-weighted stack distances over users, plus an exact fallback.
+"""KV token-reuse curves: one pass of token-weighted LRU distances, plus an exact fallback.
 
-The KV cache is a variable-size LRU over users (DESIGN.md, Node model): a
-user's entry is its context length ``L`` tokens; on each request the old
-entry is dropped, the reuse is its ``c`` tokens if it is still a prefix of the
-current history (the ``max_seq_len`` window did not slide), and the user is
-re-inserted with ``L`` tokens, evicting LRU users, unless ``L`` exceeds the
-whole capacity.
+The KV cache is a variable-size LRU over users (``core.replay``): on each
+request the user's entry is dropped, the reuse is its ``c`` tokens if it
+still starts where the new context starts (``_kernels.context``: the start
+moves in chunks of ``kv_slide_chunk`` past ``max_seq_len``), and the user is
+re-inserted with its context of ``L`` tokens, evicting LRU users, unless the
+next token would move the start (``_kernels.kv_admit``) or ``L`` exceeds the
+whole capacity. This module calls those same functions.
 
-**One-pass distance.** For request ``i`` of user ``u`` whose previous request
-was ``i'``, let ``D_i`` be the sum of the *current* sizes (context length at
-their latest access) of the distinct users served in ``(i', i)``, and
-``d_i = D_i + L_{i'}``. The reuse at capacity ``C`` tokens is ``c_i`` if
-``d_i <= C`` and 0 otherwise, where ``c_i = L_{i'}`` when the prefix is still
-valid. Users' sizes never shrink, so the footprint above ``u`` only grows
-and ``u`` survives until ``i`` iff it fits at ``i - 1``: this is **exact for
-every C >= the largest context length in the trace** (no user is ever too
-large to cache).
+**One-pass distance.** Take request ``i`` of user ``u`` whose previous
+request ``i'`` inserted ``L'`` tokens. While ``u`` is cached, every user
+served after ``i'`` sits above it, so ``u`` is evicted at a later request
+``j`` iff ``L' + F(j) > C``, where ``F(j)`` is the total current size of the
+distinct users served in ``(i', j]`` (0 for one not admitted): eviction
+empties everything below ``u`` first. Hence ``u`` still holds its tokens at
+``i`` iff ``d_i = L' + max_{i' < j < i} F(j) <= C`` (``F`` taken as 0 when
+``j`` ranges over nothing). Sizes shrink (the chunked slide shortens a
+context, a user not admitted drops to 0), so ``F`` is not monotone and the
+maximum matters. The pass keeps, per cached user, ``F`` and its running
+maximum in a segment tree over access slots with lazy (add, max-prefix-add)
+tags: a request adds ``-size`` to the slots below the user's old slot and
+``+L`` to every slot below its new one, and reads its own slot's maximum.
+This is **exact for every C >= the largest admitted context** (every user
+that is admitted fits).
 
-Below that, the "a user larger than the whole capacity is not cached" rule
-breaks the stack property: such a user *leaves* the cache, which can let an
-older user survive at a small capacity and not at a larger one, so no single
-distance per request exists. :func:`kv_reuse_exact` therefore replays the KV
-LRU itself at the capacities below the largest context (the curve builder
-does this), in one compiled loop per capacity, parallel over capacities.
+Below that, "a context larger than the capacity is not cached" removes a
+user that a larger cache keeps, so no single distance exists;
+:func:`kv_reuse_exact` replays the KV LRU at those capacities (the curve
+builder does this), one compiled loop per capacity, parallel over capacities.
 """
 
 from __future__ import annotations
@@ -32,26 +37,23 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
-from helm_plan.arrays import TraceArrays
-from helm_plan.cache._kernels import kv_access
+from helm_plan.cache import _kernels as K
+from helm_plan.cache.core import Workload
 from helm_plan.errors import ConfigError
 
 
 @dataclass(frozen=True)
 class KvDistances:
-    """Per-request byte-weighted (token-weighted) LRU stack distances of the KV cache."""
+    """Per-request token-weighted LRU distances of the KV cache."""
 
     dist_tokens: np.ndarray
-    """d_i: capacity in tokens from which the request reuses its prefix, int64 (-1: user's first request)."""
+    """d_i: smallest capacity (tokens) at which the request still finds its KV, int64 (-1: none cached)."""
     reuse_tokens: np.ndarray
-    """c_i: tokens reused on a hit (0 if the prefix slid or the previous context was empty), int64."""
+    """c_i: tokens reused when found (0 if the context start moved), int64."""
     ctx_len: np.ndarray
-    """Context length L per request (history capped at max_seq_len), int64."""
-
-    @property
-    def exact_from_tokens(self) -> int:
-        """Smallest capacity (tokens) from which the one-pass curve is exact."""
-        return int(self.ctx_len.max()) if len(self.ctx_len) else 0
+    """Context length L per request (chunked slide past max_seq_len), int64."""
+    exact_from_tokens: int
+    """Largest admitted context: the one-pass curve is exact from this capacity up."""
 
     def reused_at(self, kv_tokens: int) -> int:
         """One-pass reused tokens over the whole trace at ``kv_tokens`` (exact if >= exact_from_tokens)."""
@@ -59,108 +61,191 @@ class KvDistances:
         return int(self.reuse_tokens[hit].sum())
 
 
-def kv_distances(arrays: TraceArrays, *, max_seq_len: int) -> KvDistances:
-    """One pass over the requests with a Fenwick tree weighted by users' current sizes."""
-    if max_seq_len <= 0:
-        raise ConfigError(f"max_seq_len must be positive, got {max_seq_len}")
-    n = arrays.n_requests
+def kv_distances(wl: Workload) -> KvDistances:
+    """One pass over the requests (segment tree of running maxima, module docstring)."""
+    a = wl.arrays
+    n = a.n_requests
     dist = np.empty(n, np.int64)
     reuse = np.empty(n, np.int64)
     ctx = np.empty(n, np.int64)
-    _kv_dist_kernel(arrays.user, arrays.hist_end, max_seq_len, arrays.n_users, dist, reuse, ctx)
-    return KvDistances(dist, reuse, ctx)
+    lmax = _kv_dist_kernel(
+        a.user, a.hist_end, wl.max_seq_len, wl.kv_slide_chunk, a.n_users, dist, reuse, ctx
+    )
+    return KvDistances(dist, reuse, ctx, int(lmax))
 
 
 def binned_reuse(
-    kd: KvDistances, grid_tokens: np.ndarray, request_window: np.ndarray, n_windows: int
+    kd: KvDistances, grid_tokens: np.ndarray, edges: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """One-pass reused tokens at each capacity of sorted ``grid_tokens``, per window.
 
-    Returns (reused int64 [n_windows, len(grid)], context tokens int64 [n_windows]).
+    ``edges`` are the window bounds in requests. Returns (reused int64
+    [n_windows, len(grid)], context tokens int64 [n_windows]).
     """
     grid = np.asarray(grid_tokens, np.int64)
-    win = np.asarray(request_window, np.int64)
+    n_win = len(edges) - 1
+    win = np.repeat(np.arange(n_win, dtype=np.int64), np.diff(edges))
     ng = len(grid)
     b = np.where(kd.dist_tokens >= 0, np.searchsorted(grid, kd.dist_tokens, side="left"), ng)
-    acc = np.bincount(win * (ng + 1) + b, weights=kd.reuse_tokens, minlength=n_windows * (ng + 1))
-    acc = np.rint(acc).astype(np.int64).reshape(n_windows, ng + 1)
-    ctx = np.bincount(win, weights=kd.ctx_len, minlength=n_windows)
+    acc = np.bincount(win * (ng + 1) + b, weights=kd.reuse_tokens, minlength=n_win * (ng + 1))
+    acc = np.rint(acc).astype(np.int64).reshape(n_win, ng + 1)
+    ctx = np.bincount(win, weights=kd.ctx_len, minlength=n_win)
     return np.cumsum(acc[:, :ng], axis=1), np.rint(ctx).astype(np.int64)
 
 
 def kv_reuse_exact(
-    arrays: TraceArrays,
-    kv_tokens: np.ndarray | list[int],
-    *,
-    max_seq_len: int,
-    request_window: np.ndarray | None = None,
-    n_windows: int = 1,
+    wl: Workload, kv_tokens: np.ndarray | list[int], edges: np.ndarray | None = None
 ) -> np.ndarray:
     """Reused tokens per window from replaying the KV LRU at each capacity (exact).
 
-    Same rules as ``core.replay`` with EMB capacity 0, cold start. Returns
-    int64 [len(kv_tokens), n_windows].
+    Same rules as ``core.kv_pass`` (cold start). Returns int64
+    [len(kv_tokens), n_windows].
     """
-    if max_seq_len <= 0:
-        raise ConfigError(f"max_seq_len must be positive, got {max_seq_len}")
+    a = wl.arrays
     caps = np.ascontiguousarray(kv_tokens, np.int64)
     if len(caps) and caps.min() < 0:
-        raise ConfigError("kv_tokens must be >= 0")
-    if request_window is None:
-        request_window = np.zeros(arrays.n_requests, np.int32)
-        n_windows = 1
-    win = np.ascontiguousarray(request_window, np.int32)
-    out = np.zeros((len(caps), n_windows), np.int64)
-    _kv_multi_kernel(arrays.user, arrays.hist_end, max_seq_len, arrays.n_users, win, caps, out)
+        raise ConfigError("kv_tokens must be >= 0", hint="pass capacities in tokens")
+    if edges is None:
+        edges = np.array([0, a.n_requests], np.int64)
+    n_win = len(edges) - 1
+    win = np.repeat(np.arange(n_win, dtype=np.int32), np.diff(edges))
+    out = np.zeros((len(caps), n_win), np.int64)
+    _kv_multi_kernel(
+        a.user, a.hist_end, wl.max_seq_len, wl.kv_slide_chunk, a.n_users, win, caps, out
+    )
     return out
 
 
 # ---------------------------------------------------------------- compiled kernels
+# A tag (a, m) on a node means: the values below were all shifted by a, and their
+# running maxima by m (the largest prefix sum of the shifts, >= max(a, 0)). A leaf's
+# tag is its own (F, max F) since the slot was created.
+
+
+@nb.njit(cache=True, inline="always")
+def _apply(ta, tm, node, a, mx):
+    v = ta[node] + mx
+    if v > tm[node]:
+        tm[node] = v
+    ta[node] += a
+
+
+@nb.njit(cache=True, inline="always")
+def _push(ta, tm, node):
+    a = ta[node]
+    mx = tm[node]
+    if a != 0 or mx != 0:
+        _apply(ta, tm, 2 * node, a, mx)
+        _apply(ta, tm, 2 * node + 1, a, mx)
+        ta[node] = 0
+        tm[node] = 0
+
+
+@nb.njit(cache=True, inline="always")
+def _prefix_add(ta, tm, size, r, v):
+    """Add v to the slots 0..r-1."""
+    mx = v if v > 0 else 0
+    node = 1
+    lo = 0
+    hi = size
+    while True:
+        if r >= hi:
+            _apply(ta, tm, node, v, mx)
+            return
+        if r <= lo:
+            return
+        _push(ta, tm, node)
+        mid = (lo + hi) >> 1
+        if r >= mid:
+            _apply(ta, tm, 2 * node, v, mx)
+            node = 2 * node + 1
+            lo = mid
+        else:
+            node = 2 * node
+            hi = mid
+
+
+@nb.njit(cache=True, inline="always")
+def _leaf(ta, tm, size, levels, p):
+    """Push every tag above slot p down to it; returns its node."""
+    node = 1
+    for b in range(levels - 1, -1, -1):
+        _push(ta, tm, node)
+        node = 2 * node + ((p >> b) & 1)
+    return node
 
 
 @nb.njit(cache=True)
-def _kv_dist_kernel(user, hist_end, max_seq_len, n_users, dist, reuse, ctx):
-    n = user.shape[0]
-    tree = np.zeros(n + 1, np.int64)
+def _compact(ta, tm, size, user_at, last, pos):
+    """Renumber live slots to 0..live-1 in order, keeping each leaf's (F, max F)."""
+    for node in range(1, size):
+        _push(ta, tm, node)
+    k = 0
+    for p in range(pos):
+        u = user_at[p]
+        if u >= 0:
+            ta[size + k] = ta[size + p]
+            tm[size + k] = tm[size + p]
+            user_at[k] = u
+            last[u] = k
+            k += 1
+    for p in range(k, size):
+        ta[size + p] = 0
+        tm[size + p] = 0
+        user_at[p] = -1
+    return k
+
+
+@nb.njit(cache=True)
+def _kv_dist_kernel(user, hist_end, max_seq_len, chunk, n_users, dist, reuse, ctx):
+    m = 2 * n_users + 16
+    levels = 1
+    while (1 << levels) < m:
+        levels += 1
+    size = 1 << levels
+    ta = np.zeros(2 * size, np.int64)
+    tm = np.zeros(2 * size, np.int64)
+    user_at = np.full(size, -1, np.int32)
     last = np.full(n_users, -1, np.int64)
-    size = np.zeros(n_users, np.int64)
+    length = np.zeros(n_users, np.int64)
     start = np.zeros(n_users, np.int64)
-    total = 0
-    for i in range(n):
+    pos = 0
+    lmax = 0
+    for i in range(user.shape[0]):
         u = user[i]
         full = hist_end[i]
-        L = full if full < max_seq_len else max_seq_len
-        s0 = full - L
+        s0, L = K.context(full, max_seq_len, chunk)
         ctx[i] = L
         p = last[u]
         if p >= 0:
-            s = 0
-            k = p + 1
-            while k > 0:
-                s += tree[k]
-                k -= k & (-k)
-            dist[i] = total - s + size[u]
-            reuse[i] = size[u] if start[u] == s0 else 0
-            k = p + 1
-            while k <= n:
-                tree[k] -= size[u]
-                k += k & (-k)
-            total -= size[u]
+            leaf = _leaf(ta, tm, size, levels, p)
+            dist[i] = length[u] + tm[leaf]
+            reuse[i] = length[u] if start[u] == s0 else 0
+            _prefix_add(ta, tm, size, p, -length[u])  # u no longer sits above the slots below
+            user_at[p] = -1
+            last[u] = -1
         else:
             dist[i] = -1
             reuse[i] = 0
-        k = i + 1
-        while k <= n:
-            tree[k] += L
-            k += k & (-k)
-        total += L
-        last[u] = i
-        size[u] = L
-        start[u] = s0
+        if K.kv_admit(full, s0, max_seq_len) and L > 0:
+            if pos == size:
+                pos = _compact(ta, tm, size, user_at, last, pos)
+            _prefix_add(ta, tm, size, pos, L)  # u now sits above every slot below
+            leaf = _leaf(ta, tm, size, levels, pos)
+            ta[leaf] = 0
+            tm[leaf] = 0
+            user_at[pos] = u
+            last[u] = pos
+            length[u] = L
+            start[u] = s0
+            pos += 1
+            if lmax < L:
+                lmax = L
+    return lmax
 
 
 @nb.njit(cache=True)
-def _kv_one(user, hist_end, max_seq_len, n_users, win, cap, out_row):
+def _kv_one(user, hist_end, max_seq_len, chunk, n_users, win, cap, out_row):
     """The KV half of the core replay (EMB capacity 0) at one capacity."""
     prev = np.full(n_users, -1, np.int32)
     nxt = np.full(n_users, -1, np.int32)
@@ -169,11 +254,12 @@ def _kv_one(user, hist_end, max_seq_len, n_users, win, cap, out_row):
     meta = np.array([-1, -1, 0, cap], np.int64)
     for i in range(user.shape[0]):
         full = hist_end[i]
-        L = full if full < max_seq_len else max_seq_len
-        out_row[win[i]] += kv_access(prev, nxt, klen, kstart, meta, user[i], L, full - L)
+        s0, L = K.context(full, max_seq_len, chunk)
+        admit = K.kv_admit(full, s0, max_seq_len)
+        out_row[win[i]] += K.kv_access(prev, nxt, klen, kstart, meta, user[i], L, s0, admit)
 
 
 @nb.njit(cache=True, parallel=True)
-def _kv_multi_kernel(user, hist_end, max_seq_len, n_users, win, caps, out):
+def _kv_multi_kernel(user, hist_end, max_seq_len, chunk, n_users, win, caps, out):
     for j in nb.prange(caps.shape[0]):
-        _kv_one(user, hist_end, max_seq_len, n_users, win, caps[j], out[j])
+        _kv_one(user, hist_end, max_seq_len, chunk, n_users, win, caps[j], out[j])

@@ -1,25 +1,50 @@
-"""LRU stack distances over dense item ids: exact (Fenwick) and SHARDS-sampled.
+"""Byte-weighted LRU stack distances over dense keys: one pass gives the EMB hit rate at every capacity.
 
-An access's *stack distance* is its 1-based depth in the LRU stack: one plus
-the number of distinct ids touched since the id's previous access (first
-accesses are cold, depth infinity). A unit-size LRU of ``k`` rows hits exactly
-the accesses with distance <= k (LRU is a stack algorithm), so one pass gives
-the hit count at every capacity.
+**Why one pass suffices.** The EMB cache (:mod:`helm_plan.cache.core`) is one
+LRU of ``C`` bytes over keys of different sizes: a hit moves the key to MRU;
+a miss inserts it at MRU after evicting LRU entries until it fits; a key
+larger than ``C`` is fetched but not cached. Let the *recency stack* list
+every key seen so far, most recent first, and let ``b(k)`` be a key's bytes.
 
-The distance is a Fenwick-tree range count of the "last access" marks
-(O(log M) per access). The tree is *compacted*: it spans ``M = 2 * live + 16``
-time slots, and when they run out the live marks are renumbered in order
-(O(M), amortised O(1) per access), so the tree stays cache-sized whatever the
-stream length.
+*Claim:* if no key is larger than ``C``, the cache holds exactly the longest
+MRU prefix ``P`` of the stack whose total bytes are ``<= C``. By induction
+over accesses (both start empty); let ``x`` be the key accessed:
 
-SHARDS (Waldspurger et al., FAST'15) samples ids spatially: an id is kept iff
-``hash(id) mod P < T`` (rate ``R = T/P``, ``P = 2**24``); sampled distances are
-scaled by ``1/R`` and each sampled access stands for ``1/R`` accesses.
-*Fixed-size* SHARDS bounds the distinct sampled ids at ``s_max`` with a
-max-heap of hashes: when it overflows, ``T`` drops to the largest hash, whose
-ids leave the sample. *SHARDS_adj* adds the shortfall between the actual and
-the represented access count to the smallest distance, which corrects the bias
-from hot ids being in or out of the sample.
+- hit (``x`` in ``P``): the new stack is ``x``, ``P - x``, then the rest as
+  before. ``x + (P - x)`` has the bytes of ``P``, and the next key still does
+  not fit (``P`` was maximal); the LRU moves ``x`` up and evicts nothing.
+- miss (``x`` not in ``P``): the LRU keeps ``x`` and the longest MRU prefix
+  ``Q`` of ``P`` with ``b(x) + b(Q) <= C``. If ``Q != P`` the next key of
+  ``P`` does not fit, so ``x + Q`` is the longest fitting prefix of the new
+  stack ``x, P, ...``. If ``Q = P``, the key ``y`` after ``P`` in the old
+  stack is not ``x`` (else ``b(P) + b(x) > C``), and ``b(P) + b(y) > C``
+  already, so ``y`` does not fit after ``x`` either.
+
+Sizes are positive, so ``x`` is in ``P`` iff the prefix ending at ``x`` fits:
+``x`` hits at every ``C >= d(x)``, its *byte stack distance*
+``d(x) = b(x) + bytes of the distinct keys accessed since x's previous access``
+(first accesses miss everywhere). One histogram of ``d``, weighted by
+``b(x)``, gives the hit bytes at every capacity; the hit rate is by bytes
+looked up, ``1 - miss_bytes / lookup_bytes``, as the simulator reports it.
+
+**Keys larger than C.** The kernel leaves the cache alone on such a key while
+the stack gains it on top, so the prefix picture holds only for ``C >=`` the
+largest key. Below it, keys larger than ``C`` never enter the cache, so for
+``C`` in ``[s_j, s_{j+1})`` (``s`` = the distinct key sizes) the cache is the
+LRU of the substream of keys of at most ``s_j`` bytes, in which every key
+fits: the same argument applies to it. :func:`size_classes` splits a grid of
+capacities by class and the curve builder runs one pass per class that holds
+a capacity (usually just one: all capacities ``>=`` the largest key), so the
+curves are exact at every capacity; below the smallest key nothing is cached.
+
+**The pass.** ``d`` is a Fenwick-tree suffix sum of the bytes marked at each
+key's latest access slot (O(log M) per access). The tree is *compacted*: it
+spans ``M = 2 * keys + 16`` slots, and when they run out the live marks are
+renumbered in order (O(M), amortised O(1)), so it stays cache-sized whatever
+the stream length. A class whose keys all have one size counts rows (int32
+tree, table lookup of the bin); mixed sizes count bytes (int64 tree, binary
+search over the grid). :class:`StackPass` keeps the state between chunks so a
+stream is consumed as it is generated (:mod:`helm_plan.cache.embstream`).
 """
 
 from __future__ import annotations
@@ -27,177 +52,186 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from helm_plan.config import require_positive, require_range
 from helm_plan.errors import ConfigError
 
-SHARDS_MODULUS = 1 << 24
-"""P: the hash space of SHARDS thresholds."""
+_EMPTY_I32 = np.zeros(0, np.int32)
 
 
-def _as_ids(ids: np.ndarray, n_ids: int | None) -> tuple[np.ndarray, int]:
+def as_ids(ids: np.ndarray, n_ids: int | None) -> tuple[np.ndarray, int]:
+    """Dense int32 ids and the id-space size, checked."""
     ids = np.ascontiguousarray(ids, np.int32)
     if len(ids) and int(ids.min()) < 0:
-        raise ConfigError("stack distances need dense ids >= 0")
+        raise ConfigError("stack distances need dense ids >= 0", hint="number keys 0..n-1")
     hi = int(ids.max()) + 1 if len(ids) else 0
     if n_ids is None:
         n_ids = hi
     elif n_ids < hi:
-        raise ConfigError(f"n_ids={n_ids} but the stream holds id {hi - 1}")
+        raise ConfigError(f"n_ids={n_ids} but the stream holds id {hi - 1}", hint="pass n_ids")
     return ids, n_ids
 
 
-def _one_window(n: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.array([0, n], np.int64), np.zeros(1, np.int32)
+def as_sizes(key_bytes: np.ndarray | None, n_ids: int) -> np.ndarray:
+    """Bytes per key, int64 (all 1 when ``key_bytes`` is None: capacities in rows)."""
+    if key_bytes is None:
+        return np.ones(n_ids, np.int64)
+    kb = np.ascontiguousarray(key_bytes, np.int64)
+    if len(kb) < n_ids or (len(kb) and kb.min() <= 0):
+        raise ConfigError(
+            f"key_bytes needs a positive size for each of the {n_ids} keys",
+            hint="pass one entry per dense key",
+        )
+    return kb
+
+
+def stream_sizes(ids: np.ndarray, key_bytes: np.ndarray | None, kb: np.ndarray) -> np.ndarray:
+    """Bytes of each access, int32, in stream order (the passes read them beside the keys)."""
+    if key_bytes is None or (len(kb) and kb.min() == kb.max()):  # one size: no gather
+        return np.full(len(ids), kb[0] if key_bytes is not None and len(kb) else 1, np.int32)
+    return kb[ids].astype(np.int32)
+
+
+def check_grid(grid: np.ndarray) -> np.ndarray:
+    """A sorted int64 grid of capacities >= 0."""
+    g = np.ascontiguousarray(grid, np.int64)
+    if len(g) and (np.any(np.diff(g) < 0) or g[0] < 0):
+        raise ConfigError("capacities must be sorted and >= 0", hint="sort the grid")
+    return g
+
+
+def size_classes(key_bytes: np.ndarray, grid: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Split sorted capacities by key-size class: ``[(max key bytes, grid indices), ...]``.
+
+    Capacities in ``[s_j, s_{j+1})`` see only keys of at most ``s_j`` bytes
+    (module docstring); capacities below the smallest key are in no class.
+    """
+    sizes = np.unique(key_bytes)
+    if len(sizes) == 0:
+        return []
+    cls = np.searchsorted(sizes, grid, side="right") - 1  # class of each capacity, -1: none
+    return [(int(sizes[c]), np.flatnonzero(cls == c)) for c in np.unique(cls[cls >= 0])]
+
+
+def window_of_requests(edges: np.ndarray | None, n_requests: int) -> np.ndarray:
+    """Request bounds of windows (``arrays.window_edges``), or one window over everything."""
+    if edges is None:
+        return np.array([0, n_requests], np.int64)
+    e = np.ascontiguousarray(edges, np.int64)
+    if len(e) < 2 or e[0] != 0 or e[-1] != n_requests or np.any(np.diff(e) < 0):
+        raise ConfigError(
+            f"window edges must run from 0 to {n_requests} requests, non-decreasing",
+            hint="use arrays.window_edges",
+        )
+    return e
+
+
+class StackPass:
+    """Exact byte-weighted stack-distance histogram of one size class, fed chunk by chunk.
+
+    Counts accesses to keys of at most ``max_bytes`` bytes into
+    ``acc[window, bin]`` (hit bytes of the capacities in ``grid``; the last
+    column holds first accesses). Hit bytes at ``grid[k]`` are
+    ``acc[:, :k+1].sum(axis=1)``.
+    """
+
+    def __init__(self, key_bytes: np.ndarray, max_bytes: int, grid: np.ndarray, n_windows: int):
+        self.key_bytes = key_bytes
+        self.max_bytes = int(max_bytes)
+        in_class = key_bytes <= max_bytes
+        n_class = int(in_class.sum())
+        sizes = np.unique(key_bytes[in_class])
+        self.weighted = len(sizes) > 1
+        # One size: count rows (int32 tree, bin by table lookup); else bytes (int64, search).
+        unit = 1 if self.weighted else int(sizes[0]) if len(sizes) else 1
+        self.grid = np.ascontiguousarray(grid // unit, np.int64)
+        m = 2 * n_class + 16
+        self.tree = np.zeros(m + 1, np.int64 if self.weighted else np.int32)
+        self.item_at = np.full(m, -1, np.int32)
+        self.last = np.full(len(key_bytes), -1, np.int32)  # slots < m
+        self.meta = np.zeros(3, np.int64)  # [live weight, next slot, current window]
+        if self.weighted or len(self.grid) == 0:
+            self.lut = _EMPTY_I32
+        else:
+            n_lut = min(int(self.grid[-1]), n_class) + 1  # a row distance never exceeds n_class
+            self.lut = np.searchsorted(self.grid, np.arange(n_lut), side="left").astype(np.int32)
+        self.acc = np.zeros((n_windows, len(self.grid) + 1), np.int64)
+
+    def feed(
+        self, ids: np.ndarray, sizes: np.ndarray, offs: np.ndarray, r0: int, edges: np.ndarray
+    ) -> None:
+        """Consume requests ``r0 .. r0 + len(offs) - 2``: keys ``ids[offs[j]:offs[j+1]]`` of ``sizes`` bytes."""
+        _exact_feed(
+            ids, sizes, offs, r0, edges, self.key_bytes, self.max_bytes, self.weighted,
+            self.tree, self.item_at, self.last, self.meta, self.lut, self.grid, self.acc,
+        )  # fmt: skip
+
+    def hit_bytes(self) -> np.ndarray:
+        """Hit bytes per window at each capacity of the grid, int64 [n_windows, len(grid)]."""
+        return np.cumsum(self.acc[:, :-1], axis=1)
 
 
 def binned_hits(
     ids: np.ndarray,
-    grid_rows: np.ndarray,
+    grid: np.ndarray,
     *,
+    key_bytes: np.ndarray | None = None,
     offsets: np.ndarray | None = None,
-    request_window: np.ndarray | None = None,
-    n_windows: int = 1,
+    edges: np.ndarray | None = None,
     n_ids: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact LRU hits at each capacity of ``grid_rows`` (sorted), per window.
+    """Exact LRU hit bytes at each capacity of sorted ``grid`` (bytes), per window, over a bare stream.
 
-    ``offsets`` (len requests + 1) groups accesses into requests and
-    ``request_window`` maps each request to its window; the stack is warm
-    across windows. Returns (hits int64 [n_windows, len(grid)], accesses
-    int64 [n_windows]).
+    ``key_bytes`` (per dense id; None = 1 byte each, i.e. capacities in rows)
+    sizes the keys; ``offsets`` (len requests + 1) groups accesses into
+    requests and ``edges`` (request bounds, :func:`helm_plan.arrays.window_edges`)
+    into windows; the LRU is warm across windows. Returns (hit bytes int64
+    [n_windows, len(grid)], lookup bytes int64 [n_windows]).
     """
-    ids, n_ids = _as_ids(ids, n_ids)
-    grid = np.ascontiguousarray(grid_rows, np.int64)
-    if len(grid) and (np.any(np.diff(grid) < 0) or grid[0] < 0):
-        raise ConfigError("grid_rows must be sorted and >= 0")
-    if offsets is None:
-        offsets, request_window = _one_window(len(ids))
-        n_windows = 1
-    offs = np.ascontiguousarray(offsets, np.int64)
-    win = np.ascontiguousarray(request_window, np.int32)
-    bin_of = np.searchsorted(grid, np.arange(n_ids + 1), side="left").astype(np.int32)
-    # int32 counters halve the histogram's cache footprint when no count can overflow
-    acc = np.zeros((n_windows, len(grid) + 1), np.int32 if len(ids) < 2**31 else np.int64)
-    _exact_kernel(ids, offs, win, n_ids, bin_of, len(grid), acc)
-    acc = acc.astype(np.int64)
-    hits = np.cumsum(acc[:, : len(grid)], axis=1)
-    return hits, acc.sum(axis=1)
+    ids, n_ids = as_ids(ids, n_ids)
+    kb = as_sizes(key_bytes, n_ids)
+    grid = check_grid(grid)
+    offs = np.array([0, len(ids)], np.int64) if offsets is None else np.asarray(offsets, np.int64)
+    edges = window_of_requests(edges, len(offs) - 1)
+    n_win = len(edges) - 1
+    hits = np.zeros((n_win, len(grid)), np.int64)
+    sizes = stream_sizes(ids, key_bytes, kb)
+    for max_b, idx in size_classes(kb[:n_ids], grid):
+        sp = StackPass(kb[:n_ids], max_b, grid[idx], n_win)
+        sp.feed(ids, sizes, offs, 0, edges)
+        hits[:, idx] = sp.hit_bytes()
+    return hits, window_sums(sizes, offs, edges)
+
+
+def window_sums(values: np.ndarray, offs: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Sum of per-access ``values`` per window of a bare stream, int64."""
+    cs = np.zeros(len(values) + 1, np.int64)
+    np.cumsum(values, out=cs[1:])
+    at = cs[offs[edges]]  # running total at each window's first access
+    return np.diff(at)
 
 
 def lru_hit_counts(ids: np.ndarray, n_ids: int | None = None) -> np.ndarray:
     """Exact hits of a unit-size LRU at every capacity 0..n_ids rows (one pass)."""
-    ids, n_ids = _as_ids(ids, n_ids)
+    ids, n_ids = as_ids(ids, n_ids)
     hits, _ = binned_hits(ids, np.arange(n_ids + 1), n_ids=n_ids)
     return hits[0]
 
 
-def stack_distances(ids: np.ndarray, n_ids: int | None = None) -> np.ndarray:
-    """Per-access LRU stack distance (1-based), 0 for a first (cold) access."""
-    ids, n_ids = _as_ids(ids, n_ids)
+def stack_distances(
+    ids: np.ndarray, key_bytes: np.ndarray | None = None, n_ids: int | None = None
+) -> np.ndarray:
+    """Per-access byte stack distance (rows when ``key_bytes`` is None), 0 for a first access."""
+    ids, n_ids = as_ids(ids, n_ids)
+    kb = as_sizes(key_bytes, n_ids)
     out = np.zeros(len(ids), np.int64)
-    _distances_kernel(ids, n_ids, out)
-    return out
-
-
-def shards_binned_hits(
-    ids: np.ndarray,
-    grid_rows: np.ndarray,
-    *,
-    sample_rate: float,
-    sample_size: int | None = None,
-    seed: int = 0,
-    adjust: bool = True,
-    offsets: np.ndarray | None = None,
-    request_window: np.ndarray | None = None,
-    n_windows: int = 1,
-    n_ids: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """SHARDS estimate of :func:`binned_hits`: (hits float64, accesses int64).
-
-    ``sample_rate`` is the (starting) rate R; ``sample_size`` turns on
-    fixed-size SHARDS with at most that many distinct sampled ids. ``adjust``
-    applies SHARDS_adj per window. Hits are in access units (clipped to
-    [0, accesses]).
-    """
-    require_range("sample_rate", sample_rate, 1.0 / SHARDS_MODULUS, 1.0)
-    if sample_size is not None:
-        require_positive("sample_size", sample_size)
-    ids, n_ids = _as_ids(ids, n_ids)
-    grid = np.ascontiguousarray(grid_rows, np.float64)
-    if offsets is None:
-        offsets, request_window = _one_window(len(ids))
-        n_windows = 1
-    offs = np.ascontiguousarray(offsets, np.int64)
-    win = np.ascontiguousarray(request_window, np.int32)
-    t0 = max(1, int(round(sample_rate * SHARDS_MODULUS)))
-    hashes = item_hashes(n_ids, seed)
-    live_cap = int(sample_size) if sample_size is not None else int((hashes < t0).sum())
-    acc = np.zeros((n_windows, len(grid) + 1), np.float64)
-    weight = np.zeros(n_windows, np.float64)
-    cold = np.zeros(n_windows, np.int64)
-    _shards_kernel(
-        ids, offs, win, hashes, t0, int(sample_size or 0), live_cap, grid, acc, weight, cold
-    )  # fmt: skip
-    n_acc = np.rint(np.bincount(win, weights=np.diff(offs), minlength=n_windows)).astype(np.int64)
-    reuses = n_acc - cold  # exact: accesses that are not first accesses
-    if adjust:
-        first = int(np.searchsorted(grid, 1.0, side="left"))
-        if first < len(grid):
-            acc[:, first] += reuses - weight
-    hits = np.cumsum(acc[:, : len(grid)], axis=1)
-    if not adjust:  # plain SHARDS: normalise by the represented (sampled) weight
-        total = weight + acc[:, len(grid)]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            hits *= np.where(total > 0, n_acc / np.maximum(total, 1e-300), 0.0)[:, None]
-    return np.clip(hits, 0.0, n_acc[:, None].astype(np.float64)), n_acc
-
-
-def shards_mae(
-    ids: np.ndarray,
-    grid_rows: np.ndarray,
-    *,
-    sample_rate: float,
-    sample_size: int | None = None,
-    seed: int = 0,
-    adjust: bool = True,
-) -> float:
-    """Mean absolute error of the SHARDS hit-rate curve against the exact one on ``grid_rows``."""
-    ids, n_ids = _as_ids(ids, None)
-    if len(ids) == 0:
-        return 0.0
-    exact, n = binned_hits(ids, grid_rows, n_ids=n_ids)
-    est, _ = shards_binned_hits(
-        ids, grid_rows, sample_rate=sample_rate, sample_size=sample_size, seed=seed,
-        adjust=adjust, n_ids=n_ids,
-    )  # fmt: skip
-    return float(np.mean(np.abs(est[0] - exact[0]) / n[0]))
-
-
-def item_hashes(n_ids: int, seed: int) -> np.ndarray:
-    """SHARDS hash of ids 0..n_ids-1 in [0, P): murmur3's 64-bit finaliser of id xor seed."""
-    out = np.empty(n_ids, np.int64)
-    _hash_kernel(np.uint64(seed & 0xFFFFFFFFFFFFFFFF), out)
+    _distances_kernel(ids, n_ids, kb, out)
     return out
 
 
 # ---------------------------------------------------------------- compiled kernels
 
 
-@nb.njit(cache=True)
-def _hash_kernel(seed, out):
-    s = seed * np.uint64(0x9E3779B97F4A7C15)
-    for i in range(out.shape[0]):
-        h = np.uint64(i) ^ s
-        h ^= h >> np.uint64(33)
-        h *= np.uint64(0xFF51AFD7ED558CCD)
-        h ^= h >> np.uint64(33)
-        h *= np.uint64(0xC4CEB9FE1A85EC53)
-        h ^= h >> np.uint64(33)
-        out[i] = np.int64(h & np.uint64(SHARDS_MODULUS - 1))
-
-
 @nb.njit(cache=True, inline="always")
-def _fw_add(tree, m, i, v):
+def fw_add(tree, m, i, v):
     k = i + 1
     while k <= m:
         tree[k] += v
@@ -205,9 +239,9 @@ def _fw_add(tree, m, i, v):
 
 
 @nb.njit(cache=True, inline="always")
-def _fw_prefix(tree, i):
+def fw_prefix(tree, i):
     """Sum of slots 0..i inclusive."""
-    s = 0
+    s = tree[0]  # slot 0 is never used: a zero of the tree's dtype
     k = i + 1
     while k > 0:
         s += tree[k]
@@ -215,122 +249,9 @@ def _fw_prefix(tree, i):
     return s
 
 
-@nb.njit(cache=True)
-def _compact(tree, item_at, last, pos, m):
-    """Renumber live marks to slots 0..live-1 in order and rebuild the tree."""
-    k = 0
-    for p in range(pos):
-        x = item_at[p]
-        if x >= 0:
-            item_at[k] = x
-            last[x] = k
-            k += 1
-    for p in range(k, m):
-        item_at[p] = -1
-    tree[:] = 0
-    for i in range(1, m + 1):
-        if i <= k:
-            tree[i] += 1
-        j = i + (i & (-i))
-        if j <= m:
-            tree[j] += tree[i]
-    return k
-
-
-@nb.njit(cache=True)
-def _exact_kernel(ids, offs, win, n_ids, bin_of, n_grid, acc):
-    m = 2 * n_ids + 16
-    tree = np.zeros(m + 1, np.int32)
-    item_at = np.full(m, -1, np.int32)
-    last = np.full(n_ids, -1, np.int32)  # slots < m = 2 * live + 16
-    live = 0
-    pos = 0
-    for r in range(offs.shape[0] - 1):
-        w = win[r]
-        for t in range(offs[r], offs[r + 1]):
-            x = ids[t]
-            p = last[x]
-            if p < 0:
-                acc[w, n_grid] += 1
-                live += 1
-            else:
-                d = live - _fw_prefix(tree, p) + 1
-                acc[w, bin_of[d]] += 1
-                _fw_add(tree, m, p, -1)
-                item_at[p] = -1
-            if pos == m:
-                pos = _compact(tree, item_at, last, pos, m)
-            _fw_add(tree, m, pos, 1)
-            item_at[pos] = x
-            last[x] = pos
-            pos += 1
-
-
-@nb.njit(cache=True)
-def _distances_kernel(ids, n_ids, out):
-    m = 2 * n_ids + 16
-    tree = np.zeros(m + 1, np.int32)
-    item_at = np.full(m, -1, np.int32)
-    last = np.full(n_ids, -1, np.int32)  # slots < m = 2 * live + 16
-    live = 0
-    pos = 0
-    for t in range(ids.shape[0]):
-        x = ids[t]
-        p = last[x]
-        if p < 0:
-            live += 1
-        else:
-            out[t] = live - _fw_prefix(tree, p) + 1
-            _fw_add(tree, m, p, -1)
-            item_at[p] = -1
-        if pos == m:
-            pos = _compact(tree, item_at, last, pos, m)
-        _fw_add(tree, m, pos, 1)
-        item_at[pos] = x
-        last[x] = pos
-        pos += 1
-
-
 @nb.njit(cache=True, inline="always")
-def _heap_push(hh, hx, n, h, x):
-    i = n
-    hh[i] = h
-    hx[i] = x
-    while i > 0:
-        par = (i - 1) >> 1
-        if hh[par] >= hh[i]:
-            break
-        hh[par], hh[i] = hh[i], hh[par]
-        hx[par], hx[i] = hx[i], hx[par]
-        i = par
-    return n + 1
-
-
-@nb.njit(cache=True, inline="always")
-def _heap_pop(hh, hx, n):
-    """Remove the max; returns the new size (the max is left at index n-1)."""
-    n -= 1
-    hh[0], hh[n] = hh[n], hh[0]
-    hx[0], hx[n] = hx[n], hx[0]
-    i = 0
-    while True:
-        a = 2 * i + 1
-        b = a + 1
-        big = i
-        if a < n and hh[a] > hh[big]:
-            big = a
-        if b < n and hh[b] > hh[big]:
-            big = b
-        if big == i:
-            break
-        hh[big], hh[i] = hh[i], hh[big]
-        hx[big], hx[i] = hx[i], hx[big]
-        i = big
-    return n
-
-
-@nb.njit(cache=True)
-def _grid_bin(grid, d):
+def grid_bin(grid, d):
+    """First index with grid[k] >= d (len(grid) if none): the capacities where d hits."""
     lo = 0
     hi = grid.shape[0]
     while lo < hi:
@@ -342,62 +263,102 @@ def _grid_bin(grid, d):
     return lo
 
 
+@nb.njit(cache=True, inline="always")
+def rebuild_tree(tree, item_at, k, m, kb, weighted):
+    """Clear slots k..m-1 and rebuild the tree over the live slots 0..k-1 in O(m)."""
+    for p in range(k, m):
+        item_at[p] = -1
+    tree[:] = 0
+    for i in range(1, m + 1):  # each node passes its sum on to its parent
+        if i <= k:
+            tree[i] += kb[item_at[i - 1]] if weighted else 1
+        j = i + (i & (-i))
+        if j <= m:
+            tree[j] += tree[i]
+
+
 @nb.njit(cache=True)
-def _shards_kernel(ids, offs, win, hashes, t0, s_max, live_cap, grid, acc, weight, cold):
-    n_ids = hashes.shape[0]
-    seen = np.zeros(n_ids, np.uint8)
+def compact(tree, item_at, last, pos, m, kb, weighted):
+    """Renumber live marks to slots 0..live-1 in order and rebuild the tree (weights = sizes)."""
+    k = 0
+    for p in range(pos):
+        x = item_at[p]
+        if x >= 0:
+            item_at[k] = x
+            last[x] = k
+            k += 1
+    rebuild_tree(tree, item_at, k, m, kb, weighted)
+    return k
+
+
+@nb.njit(cache=True, nogil=True)
+def _exact_feed(
+    ids, sizes, offs, r0, edges, kb, max_b, weighted, tree, item_at, last, meta, lut, grid, acc
+):
+    m = item_at.shape[0]
     n_grid = grid.shape[0]
-    m = 2 * live_cap + 16
-    tree = np.zeros(m + 1, np.int32)
-    item_at = np.full(m, -1, np.int32)
-    last = np.full(n_ids, -1, np.int32)  # slots < m = 2 * live + 16
-    heap_cap = s_max + 1 if s_max > 0 else 1
-    hh = np.empty(heap_cap, np.int64)
-    hx = np.empty(heap_cap, np.int32)
-    hn = 0
-    thr = t0
-    live = 0
-    pos = 0
-    modulus = float(SHARDS_MODULUS)
-    for r in range(offs.shape[0] - 1):
-        w = win[r]
-        for t in range(offs[r], offs[r + 1]):
+    n_lut = lut.shape[0]
+    total = meta[0]
+    pos = meta[1]
+    w = meta[2]
+    for j in range(offs.shape[0] - 1):
+        r = r0 + j
+        while edges[w + 1] <= r:
+            w += 1
+        for t in range(offs[j], offs[j + 1]):
             x = ids[t]
-            if seen[x] == 0:
-                seen[x] = 1
-                cold[w] += 1
-            h = hashes[x]
-            if h >= thr:
+            b = sizes[t]  # streamed beside the key: no random load of kb[x]
+            if b > max_b:  # never cached at this class's capacities (module docstring)
                 continue
+            wt = b if weighted else 1
             p = last[x]
-            if p < 0 and s_max > 0:
-                hn = _heap_push(hh, hx, hn, h, x)
-                if hn > s_max:
-                    thr = hh[0]
-                    while hn > 0 and hh[0] >= thr:
-                        hn = _heap_pop(hh, hx, hn)
-                        y = hx[hn]
-                        q = last[y]
-                        if q >= 0:
-                            _fw_add(tree, m, q, -1)
-                            item_at[q] = -1
-                            last[y] = -1
-                            live -= 1
-                    if h >= thr:
-                        continue
-            scale = modulus / thr
             if p < 0:
-                acc[w, n_grid] += scale
-                live += 1
+                acc[w, n_grid] += b
             else:
-                weight[w] += scale
-                d = (live - _fw_prefix(tree, p)) * scale + 1.0
-                acc[w, _grid_bin(grid, d)] += scale
-                _fw_add(tree, m, p, -1)
+                d = total - fw_prefix(tree, p) + wt  # everything above x, plus x itself
+                if weighted:
+                    k = grid_bin(grid, d)
+                elif d < n_lut:
+                    k = lut[d]
+                else:  # beyond the largest capacity: a miss everywhere
+                    k = n_grid
+                acc[w, k] += b
+                fw_add(tree, m, p, -wt)
                 item_at[p] = -1
+                total -= wt
             if pos == m:
-                pos = _compact(tree, item_at, last, pos, m)
-            _fw_add(tree, m, pos, 1)
+                pos = compact(tree, item_at, last, pos, m, kb, weighted)
+            fw_add(tree, m, pos, wt)
             item_at[pos] = x
             last[x] = pos
             pos += 1
+            total += wt
+    meta[0] = total
+    meta[1] = pos
+    meta[2] = w
+
+
+@nb.njit(cache=True)
+def _distances_kernel(ids, n_ids, kb, out):
+    m = 2 * n_ids + 16
+    tree = np.zeros(m + 1, np.int64)
+    item_at = np.full(m, -1, np.int32)
+    last = np.full(n_ids, -1, np.int32)
+    total = 0
+    pos = 0
+    for t in range(ids.shape[0]):
+        x = ids[t]
+        b = kb[x]
+        p = last[x]
+        if p >= 0:
+            out[t] = total - fw_prefix(tree, p) + b
+            fw_add(tree, m, p, -b)
+            item_at[p] = -1
+            total -= b
+        if pos == m:
+            pos = compact(tree, item_at, last, pos, m, kb, True)
+        fw_add(tree, m, pos, b)
+        item_at[pos] = x
+        last[x] = pos
+        pos += 1
+        total += b

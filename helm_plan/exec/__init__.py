@@ -1,4 +1,4 @@
-"""The executor seam: map a task over items, locally or (later) on a cluster.
+"""The executor seam: map a task over items, locally or on a Ray cluster.
 
 Every embarrassingly parallel loop of the pipeline (oracle windows, static
 sweeps, capacity bisection points, controller validation traces) calls
@@ -14,14 +14,21 @@ sweeps, capacity bisection points, controller validation traces) calls
 - ``progress(done, total)`` is called as tasks complete.
 
 Backends: :class:`SerialExecutor` (in process) and :class:`ProcessExecutor`
-(``spawn`` worker processes); :func:`local` picks one from a worker count.
+(``spawn`` worker processes); :func:`local` picks one from a worker count;
+``helm_plan.exec.ray.RayExecutor`` (the optional ``ray`` extra, imported only
+when picked). :func:`get_executor` picks any of them from the CLI settings;
+use the result as a context manager so a Ray instance it started is shut down.
 A task that raises stops the map and the error propagates to the caller,
 named by its task (``TaskError`` wraps non-library exceptions).
 """
 
 from __future__ import annotations
 
-from helm_plan.exec.base import Executor, Progress, TaskError
+from helm_plan.exec.base import Executor, ExecutorError, Progress, TaskError
+from helm_plan.exec.factory import EXECUTORS, ExecutorConfig, get_executor
 from helm_plan.exec.local import ProcessExecutor, SerialExecutor, local
 
-__all__ = ["Executor", "ProcessExecutor", "Progress", "SerialExecutor", "TaskError", "local"]
+__all__ = [
+    "EXECUTORS", "Executor", "ExecutorConfig", "ExecutorError", "ProcessExecutor", "Progress",
+    "SerialExecutor", "TaskError", "get_executor", "local",
+]  # fmt: skip

@@ -19,8 +19,25 @@ class TaskError(HelmPlanError):
     exit_code = 1
 
 
+class ExecutorError(HelmPlanError):
+    """An executor backend cannot run: a missing package, an unreachable cluster, a dead worker."""
+
+
 class Executor(ABC):
-    """Maps ``fn(shared, item)`` over items; results in item order."""
+    """Maps ``fn(shared, item)`` over items; results in item order.
+
+    A context manager: leaving it calls :meth:`close`, which releases whatever the
+    backend started (a local Ray instance); local backends hold nothing between maps.
+    """
+
+    def close(self) -> None:  # noqa: B027 - deliberately optional: local backends hold nothing
+        """Release what this executor started; a no-op for the local backends."""
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     @abstractmethod

@@ -20,13 +20,14 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from helm_plan import trace
+from helm_plan import io, trace
 from helm_plan.ingest import amazon, csvmap, mooncake, movielens, taobao
 from helm_plan.ingest.config import (
     DEFAULT_N_CANDIDATES,
     DEFAULT_QPS,
     DEFAULT_SESSION_GAP_S,
     KINDS,
+    TAOBAO_BEHAVIORS,
     IngestConfig,
     IngestReport,
     check_kind,
@@ -48,6 +49,7 @@ __all__ = [
     "DEFAULT_QPS",
     "DEFAULT_SESSION_GAP_S",
     "KINDS",
+    "TAOBAO_BEHAVIORS",
     "IngestConfig",
     "IngestReport",
     "check_kind",
@@ -153,6 +155,7 @@ def ingest_to_file(
     path: str | os.PathLike[str], out: str | os.PathLike[str], cfg: IngestConfig
 ) -> IngestReport:
     """Convert ``path`` and atomically write the trace to ``out`` (nothing written on error)."""
+    io.check_output(out, path, cfg.arrivals)
     table, report = ingest(path, cfg)
     trace.write(table, out, provenance(path, cfg, report))
     return dataclasses.replace(report, out=str(out))

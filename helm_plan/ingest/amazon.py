@@ -14,6 +14,7 @@ from helm_plan.ingest.readers import (
     factorize,
     field_count_error,
     first_line,
+    open_text,
     read_lines,
     split_fields,
     to_float,
@@ -89,7 +90,7 @@ def _reviews_json(path: Path, array: bool) -> Interactions:
 def _json_problem(path: Path, array: bool, err: Exception) -> IngestError:
     """Locate the first unparseable JSON line (error path only)."""
     if not array:
-        with open(path, encoding="utf-8", errors="replace") as fh:
+        with open_text(path) as fh:
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
@@ -101,7 +102,10 @@ def _json_problem(path: Path, array: bool, err: Exception) -> IngestError:
                         hint="repair or delete the line (was the file cut off?)",
                     )
                 if not isinstance(obj, dict):
-                    return IngestError(f"{path} line {lineno}: expected a JSON object per line")
+                    return IngestError(
+                        f"{path} line {lineno}: expected a JSON object per line",
+                        hint="pass an Amazon reviews JSONL file or a `user item` pairs file",
+                    )
     return IngestError(f"{path}: cannot read JSON: {err}", hint="pass JSON lines or one JSON array")
 
 
@@ -150,7 +154,10 @@ def _reviews_frame(path: Path, df: pl.DataFrame, variant: str, *, first_row: int
     df = df.drop_nulls()
     dropped = (("missing user, item or timestamp", missing),) if missing else ()
     if df.height == 0:
-        raise IngestError(f"{path}: no row has a user, an item and a timestamp")
+        raise IngestError(
+            f"{path}: no row has a user, an item and a timestamp",
+            hint="pass a reviews file with reviewerID, asin and unixReviewTime",
+        )
     ts = to_float(df, "ts", path=path, what="timestamp")
     return _ids_frame(
         path, df, ts, variant, df["lineno"].to_numpy(), dropped=dropped, rows_read=rows_read

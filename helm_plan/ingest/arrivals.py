@@ -11,9 +11,13 @@ inter-arrival CV:
   dispersion of a superposition). ``dist``, ``p1`` and ``p2`` are not used.
 
 Scaling to a target rate multiplies the rate (the time axis and burst lengths
-stay real). Arrivals are a renewal process with gamma gaps of the window's CV
-in operational time (the integral of the rate), mapped back to real time; the
-series is repeated when more arrivals are needed than it holds.
+stay real). Arrivals are gamma gaps of the window's CV in operational time
+(the integral of the rate), mapped back to real time; the series is repeated
+when more arrivals are needed than it holds. The draw is conditioned on its
+count: exactly the requested arrivals fall in the span used (the gaps are
+normalised to it), so the written trace covers that span and its mean rate is
+the one asked for -- an unconditioned draw that runs short would put its last
+arrivals after the next idle gap.
 """
 
 from __future__ import annotations
@@ -88,8 +92,19 @@ def load(path: str | Path) -> RateSeries:
 
 
 def _azure(p: Path) -> RateSeries:
-    df = pl.read_csv(p, infer_schema=False, encoding="utf8-lossy")
+    try:
+        df = pl.read_csv(p, infer_schema=False, encoding="utf8-lossy")
+    except pl.exceptions.PolarsError as e:
+        raise IngestError(
+            f"{p}: cannot parse the Azure CSV: {str(e).splitlines()[0]}",
+            hint="check that every line has as many fields as the header",
+        ) from e
     col = df.columns[0]
+    if df.height == 0:
+        raise IngestError(
+            f"{p} has a header but no arrivals",
+            hint="pass an arrival trace with at least two arrivals at different times",
+        )
     ts = df[col].str.strip_chars().str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False)
     if ts.null_count():
         i = int(ts.is_null().arg_true()[0])
@@ -121,7 +136,10 @@ def _servegen(files: list[Path], source: str) -> RateSeries:
             )
         if (rate < 0).any():
             i = int(np.argmax(rate < 0))
-            raise IngestError(f"{f} line {df['lineno'][i]}: negative rate {rate[i]}")
+            raise IngestError(
+                f"{f} line {df['lineno'][i]}: negative rate {rate[i]}",
+                hint="rates are requests per second >= 0; fix the line",
+            )
         num += rate * cv**2
         wsum += rate
     assert starts is not None and num is not None and wsum is not None
@@ -156,93 +174,94 @@ def draw(
 ) -> tuple[np.ndarray, float]:
     """Up to ``n`` sorted arrival times following ``s`` scaled, and the scale factor used.
 
-    With ``qps`` the rate is scaled to mean ``qps``; with only ``duration_s``
-    it is scaled so ``n`` arrivals are expected within it; with neither the
-    native rate is kept. With both, arrivals past ``duration_s`` are cut, so
-    fewer than ``n`` may come back.
+    With ``qps`` the written times have mean rate ``qps`` over a span ``T``
+    (``n / qps``, or ``duration_s`` when that is shorter: then only
+    ``qps * duration_s`` arrivals come back). The series is read from the first
+    busy window after which ``T`` also ends in a busy window, and the rate of
+    that part ``[o, o + T]`` is scaled to ``qps``. With only ``duration_s`` it
+    is scaled so ``n`` arrivals fill it; with neither the native rate is kept.
     """
     if n == 0:
         return np.zeros(0), 1.0
-    width = np.diff(s.edges_s)
+    offset = 0.0
     if qps is not None:
-        scale = qps / s.mean_rps
+        span = n / qps if duration_s is None else min(duration_s, n / qps)
+        m = n if span == n / qps else min(n, int(round(qps * span)))
+        offset = float(s.edges_s[_start_window(s, span)] - s.edges_s[0])
+        used = _native_mass(s, offset + span) - _native_mass(s, offset)
+        scale = qps * span / _positive(s, used, offset + span)
     elif duration_s is not None:
-        reps = int(np.ceil(duration_s / s.duration_s))
-        cum = np.concatenate([[0.0], np.cumsum(np.tile(s.rate_rps * width, reps))])
-        edges = np.concatenate([[0.0], np.cumsum(np.tile(width, reps))])
-        scale = n / float(np.interp(duration_s, edges, cum))
+        span, m = duration_s, n
+        scale = n / _positive(s, _native_mass(s, duration_s), duration_s)
     else:
-        scale = 1.0
+        span, m, scale = _native_time(s, n), n, 1.0
+    if m == 0:
+        return np.zeros(0), scale
     rng = np.random.default_rng(seed)
-    n_win = len(width)
-    mass = s.rate_rps * width * scale  # expected arrivals per window
-    cum = np.cumsum(mass)
-    per_rep = float(cum[-1])
-    limit = np.inf
-    if duration_s is not None and qps is not None:
-        reps = int(np.ceil(duration_s / s.duration_s))
-        limit = reps * n_win
-    parts: list[np.ndarray] = []
-    got, lo = 0, 0
-    while got < n and lo < limit:
-        # windows until the expected count covers what is missing, with margin
-        want = 1.2 * (n - got) + 8.0 * np.sqrt(n - got) + 8.0
-        base = (lo // n_win) * per_rep - (cum[lo % n_win - 1] if lo % n_win else 0.0)
-        target = base + want  # cumulative mass (from the start of rep lo//n_win) to reach
-        reps_ahead = int(target // per_rep)
-        hi = (
-            (lo // n_win + reps_ahead) * n_win
-            + int(np.searchsorted(cum, target - reps_ahead * per_rep))
-            + 1
+    lo = _native_mass(s, offset)
+    total = _native_mass(s, offset + span) - lo  # native mass the m arrivals share
+    # Gap i takes the CV of the window where it is expected to fall.
+    expect = lo + (np.arange(m + 1) + 0.5) * total / (m + 1)
+    win = _window_at(s, expect)
+    k = 1.0 / np.clip(s.cv[win % len(s.cv)], _CV_MIN, _CV_MAX) ** 2
+    g = rng.gamma(k, 1.0 / k)
+    # stationary start: the first gap is a uniform share of a length-biased gap
+    g[0] = rng.gamma(k[0] + 1.0, 1.0 / k[0]) * rng.random()
+    pos = lo + total * np.cumsum(g)[:m] / g.sum()
+    return _time_at(s, pos) - offset, scale
+
+
+def _edges(s: RateSeries, mass: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(cumulative native mass, time) at window edges, and widths, repeated past ``mass``."""
+    width = np.diff(s.edges_s)
+    per_rep = float(np.sum(s.rate_rps * width))
+    reps = max(int(np.ceil(mass / per_rep)) + 1, 1)
+    cum = np.concatenate([[0.0], np.cumsum(np.tile(s.rate_rps * width, reps))])
+    t = np.concatenate([[0.0], np.cumsum(np.tile(width, reps))])
+    return cum, t, np.tile(width, reps)
+
+
+def _window_at(s: RateSeries, mass: np.ndarray) -> np.ndarray:
+    """Index (in the repeated series) of the busy window holding each native mass position."""
+    cum, _, _ = _edges(s, float(np.max(mass)))
+    return np.searchsorted(cum, mass, side="right") - 1
+
+
+def _time_at(s: RateSeries, mass: np.ndarray) -> np.ndarray:
+    """Time at which the native cumulative mass reaches ``mass`` (idle windows skipped)."""
+    cum, t, width = _edges(s, float(np.max(mass)))
+    w = np.searchsorted(cum, mass, side="right") - 1
+    return t[w] + (mass - cum[w]) / (cum[w + 1] - cum[w]) * width[w]
+
+
+def _native_time(s: RateSeries, n: int) -> float:
+    """Time at which the unscaled (repeated) series has delivered ``n`` expected arrivals."""
+    return float(_time_at(s, np.array([float(n)]))[0])
+
+
+def _start_window(s: RateSeries, span_s: float) -> int:
+    """First window with arrivals whose start plus ``span_s`` also falls in one (0 if none)."""
+    starts = s.edges_s[:-1] - s.edges_s[0]
+    busy = s.rate_rps > 0
+    end = (starts + span_s) % s.duration_s
+    end_win = np.clip(np.searchsorted(starts, end, side="right") - 1, 0, len(starts) - 1)
+    ok = np.flatnonzero(busy & busy[end_win])
+    return int(ok[0]) if len(ok) else 0
+
+
+def _native_mass(s: RateSeries, t_s: float) -> float:
+    """Expected arrivals of the unscaled series, repeated as needed, over [0, t_s]."""
+    width = np.diff(s.edges_s)
+    reps = max(int(np.ceil(t_s / s.duration_s)), 1)
+    cum = np.concatenate([[0.0], np.cumsum(np.tile(s.rate_rps * width, reps))])
+    edges = np.concatenate([[0.0], np.cumsum(np.tile(width, reps))])
+    return float(np.interp(t_s, edges, cum))
+
+
+def _positive(s: RateSeries, mass: float, t_s: float) -> float:
+    if not mass > 0:
+        raise IngestError(
+            f"{s.source}: no arrivals in its first {t_s:.4g} s",
+            hint="pass --duration-s long enough to reach the trace's arrivals, or another trace",
         )
-        hi = int(min(max(hi, lo + 1), limit))
-        t = _renewal(s, mass, lo, hi, rng)
-        parts.append(t)
-        got += len(t)
-        lo = hi
-    t = np.concatenate(parts)[:n]
-    if duration_s is not None and qps is not None:
-        t = t[t < duration_s]
-    return t, scale
-
-
-def _renewal(
-    s: RateSeries, mass_rep: np.ndarray, lo: int, hi: int, rng: np.random.Generator
-) -> np.ndarray:
-    """Gamma-renewal arrivals in windows ``lo..hi`` of the repeated series (sorted)."""
-    n_win = len(s.rate_rps)
-    idx = np.arange(lo, hi)
-    w0 = idx % n_win
-    width = np.diff(s.edges_s)[w0]
-    start = (idx // n_win) * s.duration_s + s.edges_s[w0] - s.edges_s[0]
-    mass = mass_rep[w0]
-    shape = 1.0 / np.clip(s.cv[w0], _CV_MIN, _CV_MAX) ** 2
-    live = np.flatnonzero(mass > 0)
-    out_w, out_u = [], []
-    pos = np.zeros(len(mass))  # operational time already covered in each window
-    first = np.ones(len(mass), bool)
-    while len(live):
-        m, k = mass[live] - pos[live], shape[live]
-        cv = 1.0 / np.sqrt(k)
-        draws = np.ceil(m + 8.0 * cv * np.sqrt(m) + 8.0).astype(np.int64)
-        w = np.repeat(live, draws)
-        g = rng.gamma(np.repeat(k, draws), 1.0 / np.repeat(k, draws))
-        heads = np.concatenate([[0], np.cumsum(draws)[:-1]])
-        # stationary start: the first gap is a uniform share of a length-biased gap
-        lb = rng.gamma(k + 1.0, 1.0 / k) * rng.random(len(live))
-        g[heads] = np.where(first[live], lb, g[heads])
-        cs = np.cumsum(g)
-        base = np.repeat(cs[heads] - g[heads], draws)
-        u = np.repeat(pos[live], draws) + cs - base
-        inside = u < mass[w]
-        out_w.append(w[inside])
-        out_u.append(u[inside])
-        last = u[np.cumsum(draws) - 1]
-        pos[live] = last
-        first[live] = False
-        live = live[last < mass[live]]
-    if not out_w:
-        return np.zeros(0)
-    w = np.concatenate(out_w)
-    u = np.concatenate(out_u)
-    return np.sort(start[w] + u / mass[w] * width[w])
+    return mass

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from helm_plan.config import require_positive
+from helm_plan.config import fix_for, require_int, require_positive
 from helm_plan.errors import ConfigError, IngestError
 from helm_plan.regimes import parse_regime
+from helm_plan.trace import MAX_N_CANDIDATES
 
 #: Source kinds `ingest` converts, in the order the CLI lists them.
 KINDS: tuple[str, ...] = ("movielens", "amazon", "taobao", "mooncake", "csv")
@@ -68,8 +69,7 @@ class IngestConfig:
     def __post_init__(self) -> None:
         check_kind(self.kind)
         require_positive("session_gap_s", self.session_gap_s)
-        if self.n_candidates < 0:
-            raise ConfigError(f"n_candidates must be >= 0, got {self.n_candidates}")
+        require_int("n_candidates", self.n_candidates, 0, MAX_N_CANDIDATES)
         if self.qps is not None:
             require_positive("qps", self.qps)
         if self.duration_s is not None:
@@ -82,7 +82,9 @@ class IngestConfig:
                     hint="--arrivals re-times from a real trace, --regime from a rate shape",
                 )
         if self.replicate < 1:
-            raise ConfigError(f"replicate must be >= 1, got {self.replicate}")
+            raise ConfigError(
+                f"replicate must be >= 1, got {self.replicate}", hint=fix_for("replicate", ">= 1")
+            )
         require_positive("block_tokens", self.block_tokens)
         bad = [b for b in self.behaviors if b not in TAOBAO_BEHAVIORS]
         if bad or not self.behaviors:

@@ -7,8 +7,10 @@ reported with the file, the 1-based line number, the offending text and a fix.
 
 from __future__ import annotations
 
+import gzip
 import os
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import polars as pl
@@ -37,8 +39,39 @@ def check_readable(path: str | os.PathLike[str]) -> Path:
     return p
 
 
+def is_gzip(path: Path) -> bool:
+    """Whether ``path`` starts with the gzip magic bytes (polars reads such files transparently)."""
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"\x1f\x8b"
+
+
+def open_text(path: Path) -> IO[str]:
+    """``path`` opened as text: gunzipped if compressed, a UTF-8 BOM dropped, bad bytes replaced."""
+    if is_gzip(path):
+        return gzip.open(path, "rt", encoding="utf-8-sig", errors="replace")
+    return open(path, encoding="utf-8-sig", errors="replace")
+
+
+def ensure_text(path: Path) -> None:
+    """Raise IngestError if the start of ``path`` (decompressed) is binary, not a text log."""
+    try:
+        with gzip.open(path, "rb") if is_gzip(path) else open(path, "rb") as fh:
+            head = fh.read(4096)
+    except (OSError, EOFError) as e:
+        raise IngestError(
+            f"{path} is a damaged gzip file: {e}", hint="re-download or re-compress the log"
+        ) from e
+    bad = sum(1 for b in head if b < 9 or 13 < b < 32 or b == 127)
+    if b"\x00" in head or bad > len(head) // 20:
+        raise IngestError(
+            f"{path} is not a text log: its first bytes are binary data",
+            hint="pass the log itself as plain text (or gzip of plain text), not another format",
+        )
+
+
 def read_lines(path: Path) -> pl.DataFrame:
     """All lines of ``path`` as columns ``line`` (str, null if blank) and ``lineno`` (1-based)."""
+    ensure_text(path)
     try:
         df = pl.read_csv(
             path,
@@ -49,7 +82,10 @@ def read_lines(path: Path) -> pl.DataFrame:
             encoding="utf8-lossy",
         )
     except (pl.exceptions.PolarsError, OSError) as e:
-        raise InputFileError(f"cannot read {path}: {e}", hint="pass a text log file") from e
+        raise InputFileError(
+            f"cannot read {path}: {str(e).splitlines()[0]}",
+            hint="pass a text log file (plain or gzip)",
+        ) from e
     df = df.with_columns(
         pl.col("line").str.strip_chars_end("\r\n").alias("line"),
         (pl.int_range(pl.len(), dtype=pl.Int64) + 1).alias("lineno"),
@@ -69,7 +105,8 @@ def read_lines(path: Path) -> pl.DataFrame:
 
 def head_line(path: Path) -> tuple[int, str]:
     """The first non-blank line of ``path`` as (lineno, text), reading only that far."""
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    ensure_text(path)
+    with open_text(path) as fh:
         for lineno, line in enumerate(fh, 1):
             if line.strip():
                 return lineno, line.rstrip("\r\n")

@@ -4,12 +4,17 @@ Request order never changes; only times are assigned, in order. Rules:
 
 - no re-timing option and a log whose timestamps are real serving arrivals
   (mooncake, csv with a ts column): keep them, shifted to start at 0;
-- ``arrivals``: the real trace's rate shape, scaled to ``qps``
-  (see :mod:`helm_plan.ingest.arrivals`);
-- otherwise a regime (default steady) at base rate ``qps`` over ``duration_s``.
-  Given one of them, the other follows from the request count; given neither,
-  ``qps`` = DEFAULT_QPS. Given both, requests past the duration are cut, and
-  a log too short for it is spread at ``qps`` over a shorter span.
+- ``arrivals``: the real trace's rate shape, scaled so the part of it the
+  written trace uses has mean rate ``qps`` (see :mod:`helm_plan.ingest.arrivals`);
+- otherwise a regime (default steady) over ``duration_s`` whose *mean* rate
+  is ``qps`` (bursts and ramps included: the base rate is lowered to make
+  room for them). Given one of them, the other follows from the request
+  count; given neither, ``qps`` = DEFAULT_QPS. Given both, requests past the
+  duration are cut, and a log too short for it is spread at ``qps`` over a
+  shorter span.
+
+In every case ``--qps`` is the mean rate of the written trace (up to the
+randomness of the draws).
 """
 
 from __future__ import annotations
@@ -44,10 +49,10 @@ def assign(order_t: np.ndarray, real_time: bool, cfg: IngestConfig) -> Timing:
     if cfg.arrivals is not None:
         series = arr.load(cfg.arrivals)
         ts, scale = arr.draw(series, n, seed=cfg.seed + 1, qps=cfg.qps, duration_s=cfg.duration_s)
-        rate = series.mean_rps * scale
+        target = f"mean {cfg.qps:.4g} req/s" if cfg.qps is not None else f"x{scale:.3g}"
         desc = (
-            f"re-timed from {series.source}: native {series.mean_rps:.3g} req/s "
-            f"scaled x{scale:.3g} to {rate:.3g} req/s (seed {cfg.seed + 1})"
+            f"re-timed from {series.source} (native mean {series.mean_rps:.3g} req/s): "
+            f"rate shape scaled x{scale:.3g} to {target} (seed {cfg.seed})"
         )
         return Timing(ts, desc)
     return _regime(n, cfg)
@@ -63,28 +68,27 @@ def _regime(n: int, cfg: IngestConfig) -> Timing:
     if n == 0:
         return Timing(np.zeros(0), f"{regime.value} regime (no requests)", tuple(notes))
     keep = n
-    if qps is not None and duration is None:
-        # bursts add on top of the base rate: size the duration so n arrivals are expected
-        d0 = n / qps
-        duration = d0 * n / shape(regime, qps=qps, duration_s=d0, seed=cfg.seed).expected_requests
-    elif qps is None and duration is not None:
-        q0 = n / duration
-        qps = q0 * n / shape(regime, qps=q0, duration_s=duration, seed=cfg.seed).expected_requests
-    else:
-        assert qps is not None and duration is not None
-        expected = shape(regime, qps=qps, duration_s=duration, seed=cfg.seed).expected_requests
-        if n > expected:
-            keep = int(round(expected))
-        elif n < expected:
-            duration = duration * n / expected
-            notes.append(
-                f"the log has only {n} requests, fewer than {expected:.0f} expected at "
-                f"{qps:g} req/s over {cfg.duration_s:g} s: spread over {duration:.4g} s instead"
-            )
-    sh = shape(regime, qps=qps, duration_s=duration, seed=cfg.seed)
+    if qps is None:
+        assert duration is not None
+        qps = n / duration
+    elif duration is None:
+        duration = n / qps
+    elif n > qps * duration:
+        keep = int(round(qps * duration))
+    elif n < qps * duration:
+        notes.append(
+            f"the log has only {n} requests, fewer than {qps * duration:.0f} at "
+            f"{qps:g} req/s over {duration:g} s: spread over {n / qps:.4g} s instead"
+        )
+        duration = n / qps
+    # The shape's rate is proportional to its base rate; pick the base whose mean is qps
+    # (bursts add on top of the base, a trend ramps around it).
+    unit = shape(regime, qps=1.0, duration_s=duration, seed=cfg.seed).expected_requests
+    base = qps * duration / unit
+    sh = shape(regime, qps=base, duration_s=duration, seed=cfg.seed)
     ts = arrivals_fixed(sh, keep, cfg.seed + 1)
     desc = (
-        f"re-timed: {regime.value} regime, base {qps:.4g} req/s over {duration:.4g} s "
-        f"(seed {cfg.seed})"
+        f"re-timed: {regime.value} regime, mean {qps:.4g} req/s (base {base:.4g}) over "
+        f"{duration:.4g} s (seed {cfg.seed})"
     )
     return Timing(ts, desc, tuple(notes))

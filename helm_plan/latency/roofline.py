@@ -1,32 +1,27 @@
-"""Roofline latency profiles for GPUs we cannot measure: FLOPs and bytes over stated efficiencies.
+"""Roofline latency profiles (v2) for GPUs we cannot measure: each coefficient from stated assumptions.
 
 The model is HSTU-like (Zhai et al., "Actions Speak Louder than Words", ICML
-2024, arXiv 2402.17152, Eqs. 1-3). One layer per token computes
+2024, arXiv 2402.17152, Eqs. 1-3). Per layer and token it computes a d -> 4d
+projection (U, V, Q, K; 4d² MACs) and a d -> d output projection (d² MACs),
+and per (query, key) pair a pointwise SiLU attention (QKᵀ and AV, 2d MACs).
+So, with 2 FLOPs per MAC (``ModelProfile.dense_flops_per_token`` and
+``attn_flops_per_pair``):
 
-- ``U, V, Q, K = Split(SiLU(f1(X)))``: a d -> 4d projection, 4d² MACs;
-- ``A = SiLU(Q Kᵀ) V`` (pointwise attention, no softmax): 2·d MACs per
-  (query, key) pair, d for QKᵀ and d for AV;
-- ``Y = f2(Norm(A) ⊙ U)``: a d -> d projection, d² MACs.
+- ``dense_s_per_token = layers·2·5·d² / (peak_flops·mfu_max)``;
+- ``mfu_half_tokens``: the token count at which the UVQK GEMM's 128×128
+  output tiles occupy half the SMs (one half-full wave), i.e. wave
+  utilisation 1/2: ``sm_count·128·128 / (2·4d)`` (NVIDIA, Matrix
+  Multiplication Background User's Guide, tile and wave quantization);
+- ``attn_s_per_pair = layers·4·d / (peak_flops·attn_efficiency)``;
+- ``weight_read_s = layers·5·d²·2 B / hbm_bw`` (bf16 weights streamed once per batch);
+- ``t_launch_s = (layers·kernels_per_layer + kernels_fixed)·launch_s``;
+- ``t_request_s``: an assumed host-side cost per request;
+- ``host_gather_Bps = min(threads·per-thread bandwidth, the GPU's share of
+  host DRAM bandwidth)``.
 
-So, with 2 FLOPs per MAC:
-
-- prefill ``a`` (per computed token) = layers·2·5·d² FLOPs at the dense MFU;
-- prefill ``b`` (per computed token per context token) = layers·4·d FLOPs at
-  the attention efficiency (the model charges n·L pairs, an upper bound on
-  the causal n·L − n²/2);
-- scoring: candidates go through the same stack as HSTU's target items,
-  attending to the user's context but not to each other, so ``c`` = a and
-  ``d`` = b (the final dot-product head, 2·d FLOPs per candidate, is
-  negligible);
-- ``t0`` = kernel launches (layers × kernels per layer × launch overhead)
-  plus one read of the dense block weights (layers·5·d² bf16 values) from HBM,
-  which bounds small, memory-bound requests;
-- ``host_gather_s`` = one random DRAM access (~100 ns, the idle load-to-use
-  latency of server DDR4/DDR5 as measured by Intel MLC) plus the row copied
-  at single-thread memcpy speed (~10 GB/s).
-
-Run ``python -m helm_plan.latency.roofline DIR`` to (re)write the shipped
-``profiles/latency`` files; a test checks they equal this derivation.
+Every assumption, number and source lands in the profile's ``[derivation]``
+table. Run ``python -m helm_plan.latency.roofline DIR`` to (re)write the
+shipped ``profiles/latency`` files; a test checks they equal this derivation.
 """
 
 from __future__ import annotations
@@ -38,7 +33,7 @@ from typing import Any
 
 import tomli_w
 
-from helm_plan.config import require_positive, require_range
+from helm_plan.config import require_int, require_positive, require_range
 from helm_plan.io import write_text
 from helm_plan.profiles import (
     GpuProfile,
@@ -55,74 +50,160 @@ SOURCE = "DERIVED (roofline estimate from the GPU and model profiles), not measu
 
 
 @dataclass(frozen=True)
-class RooflineAssumptions:
-    """Efficiencies and overheads the roofline divides by; all stated in every derived file."""
+class GpuHost:
+    """What the roofline needs beyond the GPU profile: SM count and the host's DRAM."""
 
-    dense_mfu: float = 0.4
-    """Fraction of peak FLOP/s reached by the projection GEMMs (typical large-GEMM MFU)."""
+    sm_count: int
+    """Streaming multiprocessors of the GPU."""
+    host_dram_Bps: float
+    """Peak DRAM bandwidth of the whole host, bytes per second."""
+    gpus_per_host: int
+    """GPUs sharing that host DRAM."""
+    source: str
+    """Where the numbers come from."""
+
+
+HOSTS: dict[str, GpuHost] = {
+    "a100-40g": GpuHost(108, 2 * 8 * 25.6e9, 8, "A100 whitepaper (108 SMs); DGX A100 host: 2 sockets x 8 channels DDR4-3200 (25.6 GB/s each), 8 GPUs"),
+    "a100-80g": GpuHost(108, 2 * 8 * 25.6e9, 8, "A100 whitepaper (108 SMs); DGX A100 host: 2 sockets x 8 channels DDR4-3200 (25.6 GB/s each), 8 GPUs"),
+    "h100-80g": GpuHost(132, 2 * 8 * 38.4e9, 8, "H100 whitepaper (132 SMs, SXM5); DGX H100 host: 2 sockets x 8 channels DDR5-4800 (38.4 GB/s each), 8 GPUs"),
+    "h200-141g": GpuHost(132, 2 * 8 * 38.4e9, 8, "H200 is the GH100 die of the H100 SXM5 (132 SMs); DGX H200 host as DGX H100: 2 x 8 channels DDR5-4800, 8 GPUs"),
+}  # fmt: skip
+"""SM count and host DRAM per shipped GPU; any other GPU is assumed A100-class (see ``host_for``)."""
+
+
+def host_for(gpu: GpuProfile) -> tuple[GpuHost, bool]:
+    """The SM/host facts for ``gpu`` and whether they are known (else the A100-class default)."""
+    if gpu.name in HOSTS:
+        return HOSTS[gpu.name], True
+    return HOSTS["a100-80g"], False
+
+
+@dataclass(frozen=True)
+class RooflineAssumptions:
+    """Efficiencies and overheads the roofline uses; all stated in every derived file."""
+
+    mfu_max: float = 0.6
+    """Fraction of peak FLOP/s the dense GEMMs reach once the SMs are full."""
     attn_efficiency: float = 0.25
-    """Fraction of peak FLOP/s reached by the pointwise attention (HSTU's fused Triton kernel is below GEMM MFU)."""
+    """Fraction of peak FLOP/s reached by HSTU's pointwise attention (fused jagged kernel)."""
     kernels_per_layer: int = 6
     """Kernel launches per layer: UVQK GEMM, SiLU, fused attention, norm·gate, output GEMM, residual."""
+    kernels_fixed: int = 4
+    """Launches per forward outside the layers: feature concat, input projection, head, output copy."""
     launch_s: float = 5.0e-6
-    """Overhead of one kernel launch on the critical path, seconds (CUDA launch latency, typical)."""
+    """CPU-side cost of one kernel launch from an eager framework, seconds."""
+    request_s: float = 10.0e-6
+    """Host-side cost per request in a batch (ids into the batch buffer, offsets, result scatter), seconds."""
     weight_dtype_bytes: int = 2
-    """Bytes per dense weight (bf16), for the once-per-request weight read."""
-    dram_latency_s: float = 1.0e-7
-    """One random host DRAM access, seconds (Intel MLC idle latency, server DDR4/DDR5 ~80-120 ns)."""
-    host_copy_bw_Bps: float = 10.0e9
-    """Single-thread host memcpy bandwidth for a gathered row, bytes per second."""
+    """Bytes per dense weight (bf16)."""
+    tile_m: int = 128
+    """GEMM output tile rows (tokens), cuBLAS's typical large tile."""
+    tile_n: int = 128
+    """GEMM output tile columns."""
+    gather_threads: int = 8
+    """Host threads gathering missed EMB rows for one GPU."""
+    thread_gather_Bps: float = 8.0e9
+    """Random multi-KiB row gather bandwidth of one host core, bytes per second."""
+    dram_efficiency: float = 0.75
+    """Share of peak host DRAM bandwidth a bandwidth-bound kernel reaches (STREAM-like)."""
 
     def __post_init__(self) -> None:
-        require_range("dense_mfu", self.dense_mfu, 1e-6, 1.0)
+        require_range("mfu_max", self.mfu_max, 1e-6, 1.0)
         require_range("attn_efficiency", self.attn_efficiency, 1e-6, 1.0)
-        require_positive("kernels_per_layer", self.kernels_per_layer)
-        require_positive("launch_s", self.launch_s)
-        require_positive("weight_dtype_bytes", self.weight_dtype_bytes)
-        require_positive("dram_latency_s", self.dram_latency_s)
-        require_positive("host_copy_bw_Bps", self.host_copy_bw_Bps)
+        require_range("dram_efficiency", self.dram_efficiency, 1e-6, 1.0)
+        for k in ("kernels_per_layer", "launch_s", "weight_dtype_bytes", "tile_m", "tile_n",
+                  "gather_threads", "thread_gather_Bps"):  # fmt: skip
+            require_positive(k, getattr(self, k))
+        require_int("kernels_fixed", self.kernels_fixed, 0)
+        require_range("request_s", self.request_s, 0.0, 1.0)
+
+
+SOURCES = {
+    "mfu_max": "large bf16 GEMMs reach 60-80% of peak on A100/H100 (NVIDIA Matrix Multiplication "
+    "Background User's Guide, 2023); the low end is taken because the elementwise SiLU/norm/gate "
+    "work between them is not counted as FLOPs. Check: this roofline runs gr-prod's typical "
+    "request (dense + attention FLOPs over its time) at ~28% of A100 peak, in line with the "
+    "28.8% end-to-end inference MFU a production GR reports (OneRec Technical Report, "
+    "arXiv 2506.13695)",
+    "mfu_half_tokens": "wave quantization (NVIDIA Matrix Multiplication Background User's Guide, "
+    "sec. 3.2): a GEMM whose output tiles fill k of the SMs runs at k/sm_count of its rate; "
+    "h = tokens at which the UVQK GEMM ([X, 4d], 128x128 tiles) fills half the SMs",
+    "attn_efficiency": "FlashAttention-2 reaches 50-73% of peak on A100 forward at head dim 64-128 "
+    "(Dao, arXiv 2307.08691); HSTU's jagged pointwise kernel over variable-length rows and "
+    "candidate-to-context pairs runs well below that: half of FA2's low end assumed",
+    "launch_s": "CPU cost of launching one CUDA kernel from PyTorch eager, ~4-10 us per op; "
+    "5 us assumed (CUDA graphs cut it to ~1 us: calibrate measures it)",
+    "request_s": "assumed: per-request host work in the batcher (copy ids, build jagged offsets, "
+    "scatter scores), order of one framework dispatch; calibrate measures it",
+    "thread_gather_Bps": "one server core copies ~8-12 GB/s (single-thread STREAM copy, Intel MLC); "
+    "rows of 0.25-4 KiB are long enough for the prefetchers",
+    "gather_threads": "8 of the 16 host cores a GPU gets on an 8-GPU, 128-core node",
+    "dram_efficiency": "STREAM reaches ~75% of peak DRAM bandwidth on server CPUs",
+}
+"""Why each assumption has its value (copied into every derived file)."""
 
 
 def derivation(
     gpu: GpuProfile, model: ModelProfile, assume: RooflineAssumptions | None = None
 ) -> dict[str, Any]:
-    """Every intermediate number of the roofline, as a flat dict (the ``[derivation]`` table)."""
+    """Every intermediate number of the roofline, with formulas and sources (``[derivation]``)."""
     a = assume or RooflineAssumptions()
+    host, known = host_for(gpu)
     d, layers = model.d_model, model.layers
-    dense_flops = layers * 2 * 5 * d * d
-    attn_flops = layers * 4 * d
-    launches = layers * a.kernels_per_layer
+    dense_flops = model.dense_flops_per_token
+    attn_flops = model.attn_flops_per_pair
+    launches = layers * a.kernels_per_layer + a.kernels_fixed
     weight_bytes = layers * 5 * d * d * a.weight_dtype_bytes
-    launch_time = launches * a.launch_s
-    weight_time = weight_bytes / gpu.hbm_bw_Bps
+    uvqk_tiles_per_row_block = max(1, (4 * d) // a.tile_n)
+    half_wave_tokens = host.sm_count * a.tile_m / (2 * uvqk_tiles_per_row_block)
+    dram_share = host.host_dram_Bps * a.dram_efficiency / host.gpus_per_host
+    threads_bw = a.gather_threads * a.thread_gather_Bps
+    host_note = (
+        host.source if known else f"unknown GPU {gpu.name}: A100-class assumed ({host.source})"
+    )
     return {
         "method": "roofline: FLOPs / (peak_flops * efficiency); bytes / bandwidth",
         "reference": "HSTU, Zhai et al. ICML 2024 (arXiv 2402.17152), Eqs. 1-3",
-        "prefill_a": "layers*2*5*d^2 FLOPs per computed token (UVQK 4d^2 + output d^2 MACs) / (peak_flops*dense_mfu)",
-        "prefill_b": "layers*4*d FLOPs per (computed token, context token) (QK^T + AV) / (peak_flops*attn_efficiency)",
-        "score_c": "same per-token stack as prefill_a: candidates are HSTU target items",
-        "score_d": "same as prefill_b: each candidate attends to the L context tokens",
-        "t0": "layers*kernels_per_layer*launch_s + layers*5*d^2*weight_dtype_bytes / hbm_bw_Bps",
-        "host_gather": "dram_latency_s + row_bytes / host_copy_bw_Bps",
+        "t_launch": "(layers*kernels_per_layer + kernels_fixed) * launch_s",
+        "t_request": "request_s (assumed host-side cost per request)",
+        "weight_read": "layers*5*d^2*weight_dtype_bytes / hbm_bw_Bps (bf16 weights read once per batch)",
+        "dense_s_per_token": "layers*2*5*d^2 FLOPs (UVQK 4d^2 + output d^2 MACs) / (peak_flops*mfu_max)",
+        "mfu_half_tokens": "sm_count*tile_m / (2*(4d/tile_n)): UVQK tiles fill half the SMs",
+        "attn_s_per_pair": "layers*4*d FLOPs (QK^T + AV) / (peak_flops*attn_efficiency)",
+        "host_gather": "min(gather_threads*thread_gather_Bps, host_dram_Bps*dram_efficiency/gpus_per_host)",
+        "bandwidths": "hbm_bw_Bps, h2d_bw_Bps and h2d_latency_s come from the GPU profile (datasheet)",
         "layers": layers,
         "d_model": d,
-        "row_bytes": model.row_bytes,
         "dense_flops_per_token": dense_flops,
         "attn_flops_per_pair": attn_flops,
         "peak_flops": gpu.peak_flops,
-        "dense_mfu": a.dense_mfu,
+        "mfu_max": a.mfu_max,
         "attn_efficiency": a.attn_efficiency,
+        "kernels_per_layer": a.kernels_per_layer,
+        "kernels_fixed": a.kernels_fixed,
         "kernel_launches": launches,
         "launch_s": a.launch_s,
-        "launch_time_s": launch_time,
+        "request_s": a.request_s,
         "weight_bytes_read": weight_bytes,
         "hbm_bw_Bps": gpu.hbm_bw_Bps,
-        "weight_read_time_s": weight_time,
-        "dram_latency_s": a.dram_latency_s,
-        "host_copy_bw_Bps": a.host_copy_bw_Bps,
+        "sm_count": host.sm_count,
+        "tile_m": a.tile_m,
+        "tile_n": a.tile_n,
+        "uvqk_tiles_per_row_block": uvqk_tiles_per_row_block,
+        "gather_threads": a.gather_threads,
+        "thread_gather_Bps": a.thread_gather_Bps,
+        "host_dram_Bps": host.host_dram_Bps,
+        "dram_efficiency": a.dram_efficiency,
+        "gpus_per_host": host.gpus_per_host,
+        "host_dram_share_Bps": dram_share,
+        "host_threads_Bps": threads_bw,
+        "host_gather_bound": "threads" if threads_bw <= dram_share else "dram",
+        "host": host_note,
         "h2d_bw_Bps": gpu.h2d_bw_Bps,
         "h2d_latency_s": gpu.h2d_latency_s,
-        "bandwidths": "hbm_bw_Bps, h2d_bw_Bps and h2d_latency_s come from the GPU profile (datasheet)",
+        "half_wave_tokens": half_wave_tokens,
+        "sources": dict(SOURCES),
     }
 
 
@@ -130,22 +211,39 @@ def derive_profile(
     gpu: GpuProfile, model: ModelProfile, assume: RooflineAssumptions | None = None
 ) -> LatencyProfile:
     """A roofline latency profile for ``gpu`` running ``model``."""
-    x = derivation(gpu, model, assume)
     a = assume or RooflineAssumptions()
-    prefill_a = x["dense_flops_per_token"] / (gpu.peak_flops * a.dense_mfu)
-    prefill_b = x["attn_flops_per_pair"] / (gpu.peak_flops * a.attn_efficiency)
+    x = derivation(gpu, model, a)
     return LatencyProfile(
         name=default_latency_name(gpu.name, model.name),
         gpu=gpu.name,
         model=model.name,
-        t0_s=x["launch_time_s"] + x["weight_read_time_s"],
-        prefill_a_s=prefill_a,
-        prefill_b_s=prefill_b,
-        score_c_s=prefill_a,
-        score_d_s=prefill_b,
-        host_gather_s=a.dram_latency_s + model.row_bytes / a.host_copy_bw_Bps,
+        t_launch_s=x["kernel_launches"] * a.launch_s,
+        t_request_s=a.request_s,
+        weight_read_s=x["weight_bytes_read"] / gpu.hbm_bw_Bps,
+        dense_s_per_token=x["dense_flops_per_token"] / (gpu.peak_flops * a.mfu_max),
+        mfu_half_tokens=x["half_wave_tokens"],
+        attn_s_per_pair=x["attn_flops_per_pair"] / (gpu.peak_flops * a.attn_efficiency),
+        host_gather_Bps=min(x["host_threads_Bps"], x["host_dram_share_Bps"]),
         source=SOURCE,
     )
+
+
+def typical_request(model: ModelProfile) -> dict[str, float]:
+    """The request the default SLOs are scaled to: a cold user at half the history cap.
+
+    Full prefill (no KV reuse) of ``L = max_seq_len/2`` tokens, the model's
+    ``n_candidates``, every EMB lookup a hit in HBM. Arguments of
+    ``LatencyModel.service_time_s`` by name.
+    """
+    L = model.max_seq_len // 2
+    M = model.n_candidates
+    return {
+        "n_computed": L,
+        "ctx_len": L,
+        "n_cand": M,
+        "lookup_bytes": L * model.token_lookup_bytes + M * model.candidate_lookup_bytes,
+        "miss_bytes": 0.0,
+    }
 
 
 def profile_text(

@@ -22,12 +22,13 @@ from collections.abc import Callable
 from typing import Any
 
 from helm_plan.oracle.config import OracleConfig
-from helm_plan.oracle.search import search, seed_for
+from helm_plan.oracle.search import Eval, search, seed_for
 from helm_plan.sim.config import NodeConfig
 from helm_plan.sim.context import NodeContext
+from helm_plan.sim.node import NodeResult, collect
 from helm_plan.sim.step import NodeRunner, WindowResult
 
-LabelRow = Callable[[int, dict[float, tuple[float, float]], dict[float, Any]], dict[str, Any]]
+LabelRow = Callable[[int, dict[float, Eval], dict[float, Any], float | None], dict[str, Any]]
 
 
 def carry_rows(
@@ -37,23 +38,29 @@ def carry_rows(
     label_row: LabelRow,
     empty_row: Callable[[int], dict[str, Any]],
     progress: Callable[[int, int], None] | None = None,
-) -> list[dict[str, Any]]:
-    """Label rows of every window, in order, each searched from the carried node."""
-    node = NodeRunner(ctx, dataclasses.replace(ncfg, refill="lazy"))
+) -> tuple[list[dict[str, Any]], NodeResult]:
+    """Label rows of every window, in order, each searched from the carried node.
+
+    Also returns the node's run on the labelled schedule (lazy refill): the
+    oracle's pooled figures, with no further replay.
+    """
+    lazy = dataclasses.replace(ncfg, refill="lazy")
+    node = NodeRunner(ctx, lazy)
     rows: list[dict[str, Any]] = []
+    served: list[WindowResult] = []
     n_w = node.n_windows
     if progress:
         progress(0, n_w)
     for w in range(n_w):
         if node.edges[w + 1] == node.edges[w]:
             rows.append(empty_row(w))
-            node.step(_keep(node))
+            served.append(node.step(_keep(node)))
         else:
             rows.append(_search_window(node, w, ocfg, label_row))
-            node.step(rows[-1]["r_star"])
+            served.append(node.step(rows[-1]["r_star"]))
         if progress:
             progress(w + 1, n_w)
-    return rows
+    return rows, collect(served, lazy).compact()
 
 
 def _search_window(
@@ -62,12 +69,13 @@ def _search_window(
     """Window ``w``'s label row: every candidate r is one step of a fork of the carried node."""
     full: dict[float, WindowResult] = {}
 
-    def objective(r: float) -> tuple[float, float]:
+    def objective(r: float) -> Eval:
         full[r] = node.fork().step(r)
-        return full[r].p99_ms, full[r].slo_attainment
+        return full[r].p99_ms, full[r].slo_attainment, full[r].mean_ms
 
     evals = search(objective, ocfg, seed_for(ocfg.seed, w))
-    return label_row(w, evals, full)
+    # ties go to the r nearest the ratio the node runs at (no needless move)
+    return label_row(w, evals, full, node.ratio if w else None)
 
 
 def _keep(node: NodeRunner) -> float:

@@ -17,8 +17,8 @@ WARMUPS = ("window", "carry")
 class OracleConfig:
     """How the oracle searches r per window."""
 
-    trials: int = 30
-    """Optuna trials per window, on top of the coarse-grid warm start."""
+    trials: int = 20
+    """Optuna trials per window, on top of the coarse-grid and edge-point warm start."""
     sampler: str = "tpe"
     """Optuna sampler: tpe (default) or gp."""
     grid_step: float | None = None
@@ -31,9 +31,10 @@ class OracleConfig:
     """Base seed; window w's study uses SeedSequence([seed, w])."""
     warmup_windows: int = 1
     """Windows before w on which the caches are warmed at r (0 = cold at the window start)."""
-    warmup: str = "window"
-    """'window': cold at r on the warm-up windows, windows in parallel (DESIGN.md); 'carry':
-    each window starts from the caches and queue the labelled schedule leaves (sequential)."""
+    warmup: str = "carry"
+    """'carry': each window starts from the caches, queue and refill the labelled schedule
+    leaves (sequential; what a running node sees); 'window': cold at r on the warm-up
+    windows and an idle queue, windows independent and in parallel."""
     flat_tol: float = 0.02
     """Relative P99 tolerance of the flatness measure."""
 

@@ -26,7 +26,7 @@ from helm_plan.exec import Executor, Progress, SerialExecutor
 from helm_plan.oracle.carry import carry_rows
 from helm_plan.oracle.config import OracleConfig
 from helm_plan.oracle.labels import Labels, grid_suffix
-from helm_plan.oracle.search import best_of, ratio_grid, search, seed_for
+from helm_plan.oracle.search import Eval, best_of, ratio_grid, search, seed_for
 from helm_plan.sim.config import NodeConfig
 from helm_plan.sim.context import NodeContext
 from helm_plan.sim.metrics import window_features
@@ -44,10 +44,10 @@ def window_task(shared: Shared, w: int) -> dict[str, Any]:
     ws = int(edges[max(w - ocfg.warmup_windows, 0)])
     full: dict[float, Any] = {}
 
-    def objective(r: float) -> tuple[float, float]:
+    def objective(r: float) -> Eval:
         ev = evaluate_span(ctx, r, ws, s, e, ncfg)
         full[r] = ev
-        return ev.p99_ms, ev.slo_attainment
+        return ev.p99_ms, ev.slo_attainment, ev.mean_ms
 
     evals = search(objective, ocfg, seed_for(ocfg.seed, w))
     return label_row(w, evals, full, ctx, ncfg, ocfg)
@@ -55,15 +55,16 @@ def window_task(shared: Shared, w: int) -> dict[str, Any]:
 
 def label_row(
     w: int,
-    evals: dict[float, tuple[float, float]],
+    evals: dict[float, Eval],
     full: dict[float, Any],
     ctx: NodeContext,
     ncfg: NodeConfig,
     ocfg: OracleConfig,
+    prev_r: float | None = None,
 ) -> dict[str, Any]:
     """One label row from a window's evaluations (``full``: r -> SpanEval or WindowResult)."""
     row: dict[str, Any] = {"window": w}
-    r_star, flat, lo, hi = best_of(evals, ocfg.flat_tol)
+    r_star, flat, lo, hi = best_of(evals, ocfg.flat_tol, prev_r)
     b = full[r_star]
     row.update(
         r_star=r_star,
@@ -110,10 +111,11 @@ def label_windows(
     """Label every window with its offline-optimal ratio (see the module docstring)."""
     edges = ctx.edges(node_cfg.window_s)
     n_w = len(edges) - 1
+    run = None
     if oracle_cfg.warmup == "carry":
-        rows = carry_rows(
+        rows, run = carry_rows(
             ctx, node_cfg, oracle_cfg,
-            lambda w, evals, full: label_row(w, evals, full, ctx, node_cfg, oracle_cfg),
+            lambda w, evals, full, prev: label_row(w, evals, full, ctx, node_cfg, oracle_cfg, prev),
             lambda w: empty_row(w, oracle_cfg), progress,
         )  # fmt: skip
         ws = np.zeros(n_w, np.float64)  # the whole past warms every window
@@ -161,4 +163,5 @@ def label_windows(
         window_s=node_cfg.window_s,
         coarse_grid=tuple(float(r) for r in ratio_grid(oracle_cfg.coarse_step)),
         meta=meta,
+        schedule_run=run,
     )

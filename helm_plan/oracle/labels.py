@@ -70,6 +70,9 @@ class Labels:
     """Ratios of the wide grid columns."""
     meta: dict[str, Any] = field(default_factory=dict)
     """Configs and provenance (JSON-able)."""
+    schedule_run: Any = None
+    """In memory only (not written): the carry oracle's own run on its schedule with lazy
+    refill (a compact ``NodeResult``), so the pooled oracle figures need no replay."""
 
     @property
     def r_star(self) -> np.ndarray:
@@ -102,7 +105,10 @@ def read_labels(path: str | os.PathLike[str]) -> Labels:
     try:
         tbl = pq.read_table(p)
     except (pa.ArrowInvalid, OSError) as e:
-        raise InputFileError(f"cannot read {p} as parquet: {e}") from e
+        raise InputFileError(
+            f"cannot read {p} as parquet: {e}",
+            hint="check the file is a labels parquet written by `helm-plan oracle`",
+        ) from e
     md = tbl.schema.metadata or {}
     if b"helm_plan.labels_schema_version" not in md:
         raise InputFileError(
@@ -113,7 +119,10 @@ def read_labels(path: str | os.PathLike[str]) -> Labels:
     assert isinstance(df, pl.DataFrame)
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
-        raise InputFileError(f"labels file {p} is missing column {missing[0]!r}")
+        raise InputFileError(
+            f"labels file {p} is missing column {missing[0]!r}",
+            hint="make the labels file with `helm-plan oracle TRACE -o FILE`",
+        )
     return Labels(
         table=df,
         window_s=float(md[b"helm_plan.window_s"]),

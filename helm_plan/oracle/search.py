@@ -1,8 +1,9 @@
 """The oracle's search over r: coarse grid, seeded Optuna study, or exhaustive grid.
 
 1. the coarse grid (``coarse_step``, default 0.0..1.0 step 0.1) is always
-   evaluated: the label table stores it for the controller's training
-   environment;
+   evaluated, with :data:`EDGE_POINTS` refining it next to 0 and 1 (where
+   starving one cache makes P99 jump): the label table stores the coarse grid
+   for the controller's training environment;
 2. a seeded Optuna study (TPE by default, GP optional) is warm-started with
    those points (``study.add_trial``) and runs ``trials`` more trials on the
    ``ratio_step`` lattice (default 0.01; repeated suggestions are memoised,
@@ -10,7 +11,9 @@
 3. or, with ``grid_step``, an exhaustive grid replaces Optuna (validation).
 
 ``r*`` is the evaluated r with the lowest P99; ties go to the higher SLO
-attainment, then the smaller r. Optuna's own logging is set to WARNING.
+attainment, then the lower mean latency, then the r nearest the previous
+window's r* (no needless move), then the smaller r. Optuna's own logging is
+set to WARNING.
 """
 
 from __future__ import annotations
@@ -38,30 +41,54 @@ def seed_for(seed: int, tag: int) -> int:
     return int(np.random.SeedSequence([seed, tag]).generate_state(1)[0])
 
 
-def _key(ev: tuple[float, float]) -> tuple[float, float]:
-    p99, att = ev
-    return (p99 if np.isfinite(p99) else np.inf, -att if np.isfinite(att) else 0.0)
+EDGE_POINTS = (0.02, 0.98)
+"""Ratios always evaluated beside the coarse grid: the P99 cliffs sit next to 0 and 1."""
+
+Eval = tuple[float, float, float]
+"""One evaluation of a ratio: (P99 ms, SLO attainment, mean sojourn ms)."""
+
+
+def _fin(x: float, bad: float) -> float:
+    return x if np.isfinite(x) else bad
+
+
+def rank_key(r: float, ev: Eval, prev_r: float | None = None) -> tuple[float, ...]:
+    """Sort key of an evaluated ratio: P99, then attainment, mean, distance to ``prev_r``, r."""
+    p99, att, mean = ev
+    dist = abs(r - prev_r) if prev_r is not None and np.isfinite(prev_r) else 0.0
+    return (_fin(p99, np.inf), -_fin(att, -np.inf), _fin(mean, np.inf), dist, r)
+
+
+def first_points(ocfg: OracleConfig) -> list[float]:
+    """The ratios every search evaluates first: the coarse grid and the edge points."""
+    pts = set(ratio_grid(ocfg.coarse_step).tolist()) | set(EDGE_POINTS)
+    if ocfg.grid_step is not None:
+        pts |= set(ratio_grid(ocfg.grid_step).tolist())
+    return sorted(round(float(r), 9) for r in pts)
 
 
 def search(
-    objective: Callable[[float], tuple[float, float]], ocfg: OracleConfig, seed: int
-) -> dict[float, tuple[float, float]]:
-    """Evaluate the coarse grid, then Optuna (or the exhaustive grid); return r -> (p99, att)."""
-    evals: dict[float, tuple[float, float]] = {}
+    objective: Callable[[float], Eval],
+    ocfg: OracleConfig,
+    seed: int,
+    known: dict[float, Eval] | None = None,
+) -> dict[float, Eval]:
+    """Evaluate the first points, then Optuna (unless a grid is given); return r -> Eval.
 
-    def ev(r: float) -> tuple[float, float]:
+    ``known`` holds evaluations already made (e.g. the first points, evaluated
+    in parallel); they are not repeated.
+    """
+    evals: dict[float, Eval] = dict(known or {})
+
+    def ev(r: float) -> Eval:
         r = round(float(r), 9)
         if r not in evals:
             evals[r] = objective(r)
         return evals[r]
 
-    for r in ratio_grid(ocfg.coarse_step):
+    for r in first_points(ocfg):
         ev(r)
-    if ocfg.grid_step is not None:
-        for r in ratio_grid(ocfg.grid_step):
-            ev(r)
-        return evals
-    if ocfg.trials == 0:
+    if ocfg.grid_step is not None or ocfg.trials == 0:
         return evals
     import optuna
     from optuna.distributions import FloatDistribution
@@ -74,7 +101,7 @@ def search(
     )
     study = optuna.create_study(direction="minimize", sampler=sampler)
     dist = FloatDistribution(0.0, 1.0, step=ocfg.ratio_step)
-    for r, (p99, _) in sorted(evals.items()):
+    for r, (p99, _, _) in sorted(evals.items()):
         if np.isfinite(p99):
             study.add_trial(
                 optuna.trial.create_trial(params={"r": r}, distributions={"r": dist}, value=p99)
@@ -89,10 +116,10 @@ def search(
 
 
 def best_of(
-    evals: dict[float, tuple[float, float]], tol: float
+    evals: dict[float, Eval], tol: float, prev_r: float | None = None
 ) -> tuple[float, float, float, float]:
-    """(r*, flatness, r_flat_lo, r_flat_hi) from all evaluations."""
-    r_star = min(evals, key=lambda r: (*_key(evals[r]), r))
+    """(r*, flatness, r_flat_lo, r_flat_hi) from all evaluations (ties: see :func:`rank_key`)."""
+    r_star = min(evals, key=lambda r: rank_key(r, evals[r], prev_r))
     rs = list(evals)
     lo, hi = flat_band(np.array(rs), np.array([evals[r][0] for r in rs]), tol)
     return r_star, hi - lo, lo, hi

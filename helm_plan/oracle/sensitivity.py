@@ -1,6 +1,7 @@
 """Sensitivity measures (DESIGN.md, Sensitivity): regret, ratio distance, flatness, adaptivity CI.
 
-- ``regret = P99(r) / P99(r*) - 1`` (0 at the optimum);
+- ``regret = P99(r) / P99(r*) - 1`` (0 at the optimum; only where it is
+  defined, see :func:`window_regret`);
 - ``ratio distance = |r - r*|``;
 - ``flatness``: the range (max - min) of r whose P99 is within ``tol`` (2%) of the best;
 - the **value of adaptivity** ``1 - P99_adaptive / P99_static`` (the relative
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba as nb
 import numpy as np
 import polars as pl
 
@@ -54,18 +56,49 @@ def flatness(ratios: np.ndarray, p99_ms: np.ndarray, tol: float) -> float:
     return hi - lo
 
 
-def window_regret(grid_r: np.ndarray, grid_p99_ms: np.ndarray, ratios: np.ndarray) -> np.ndarray:
-    """Per-window regret of ``ratios`` read off each window's P99 grid (linear interpolation).
+CLIFF_FACTOR = 1.5
+"""A grid cell whose end P99s differ by more than this factor holds a cliff: no interpolation."""
 
-    ``grid_p99_ms`` has shape (windows, len(grid_r)), e.g. ``Labels.grid("p99_ms")``;
-    the optimum is the grid minimum.
+
+def window_regret(
+    grid_r: np.ndarray,
+    grid_p99_ms: np.ndarray,
+    ratios: np.ndarray,
+    r_star: np.ndarray,
+    p99_star_ms: np.ndarray,
+) -> np.ndarray:
+    """Per-window regret ``P99_w(r) / P99_w(r*) − 1`` where it is defined.
+
+    ``P99_w(r*)`` is the label's best P99. ``P99_w(r)`` is the label's own
+    value when ``r`` is ``r*`` or a grid point (so the oracle schedule's regret
+    is exactly 0); else it is interpolated linearly inside the grid cell around
+    ``r``, unless that cell holds a cliff (its end P99s differ by more than
+    :data:`CLIFF_FACTOR`), where a line says nothing and the regret is NaN.
+    ``grid_p99_ms`` has shape (windows, len(grid_r)).
     """
     g = np.asarray(grid_p99_ms, np.float64)
+    gr = np.asarray(grid_r, np.float64)
     out = np.full(g.shape[0], np.nan)
     for w in range(g.shape[0]):
-        ok = np.isfinite(g[w])
-        if ok.any() and np.isfinite(ratios[w]):
-            out[w] = np.interp(ratios[w], grid_r[ok], g[w, ok]) / g[w, ok].min() - 1.0
+        r, rs, best = float(ratios[w]), float(r_star[w]), float(p99_star_ms[w])
+        if not (np.isfinite(r) and np.isfinite(best) and best > 0):
+            continue
+        if np.isfinite(rs) and abs(r - rs) < 1e-9:
+            out[w] = 0.0
+            continue
+        k = int(np.searchsorted(gr, r))
+        if k < len(gr) and abs(gr[k] - r) < 1e-9:
+            p = g[w, k]
+        elif 0 < k < len(gr):
+            lo, hi = g[w, k - 1], g[w, k]
+            if not (np.isfinite(lo) and np.isfinite(hi)) or max(lo, hi) > CLIFF_FACTOR * min(
+                lo, hi
+            ):
+                continue
+            p = lo + (hi - lo) * (r - gr[k - 1]) / (gr[k] - gr[k - 1])
+        else:
+            continue
+        out[w] = p / best - 1.0
     return out
 
 
@@ -76,6 +109,36 @@ def weighted_quantile(sorted_x: np.ndarray, weights: np.ndarray, q: float) -> fl
         return float("nan")
     i = int(np.searchsorted(cw, q * cw[-1], side="left"))
     return float(sorted_x[min(i, len(sorted_x) - 1)])
+
+
+@nb.njit(cache=True)
+def _boot_quantiles(sorted_x, win, mult, counts, q):  # noqa: ANN001, ANN202
+    """Inverted-CDF quantile per replicate: request i weighs ``mult[b, win[i]]``.
+
+    The quantile of a P99 sits in the top 1%, so each replicate walks down from
+    the largest value until the weight below falls short of ``q`` of the total:
+    O(top 1%) per replicate instead of a cumulative sum over every request. The
+    weights are integers (multiplicities), so the comparisons are exact and the
+    answer is :func:`weighted_quantile`'s.
+    """
+    n_boot, n_w = mult.shape
+    out = np.empty(n_boot)
+    for b in range(n_boot):
+        total = 0.0
+        for w in range(n_w):
+            total += mult[b, w] * counts[w]
+        target = q * total
+        tail = 0.0
+        i = sorted_x.shape[0] - 1
+        while i > 0:
+            wi = mult[b, win[i]]
+            if total - tail - wi >= target:
+                tail += wi
+                i -= 1
+            else:
+                break
+        out[b] = sorted_x[i] if total > 0 else np.nan
+    return out
 
 
 @dataclass(frozen=True)
@@ -116,12 +179,13 @@ def adaptivity_ci(
     w = np.asarray(window_idx, np.int64)
     if not (len(s) == len(a) == len(w)) or len(s) == 0:
         raise ConfigError(
-            f"adaptivity_ci needs equal non-empty arrays, got {len(s)}, {len(a)}, {len(w)}"
+            f"adaptivity_ci needs equal non-empty arrays, got {len(s)}, {len(a)}, {len(w)}",
+            hint="pass the two policies' sojourns of the same requests",
         )
     require_range("level", level, 0.0, 1.0)
     require_range("q", q, 0.0, 1.0)
     if n_boot <= 0:
-        raise ConfigError(f"n_boot must be positive, got {n_boot}")
+        raise ConfigError(f"n_boot must be positive, got {n_boot}", hint="set n_boot > 0")
     wins, wdense = np.unique(w, return_inverse=True)
     n_w = len(wins)
     os_, oa = np.argsort(s, kind="stable"), np.argsort(a, kind="stable")
@@ -131,12 +195,13 @@ def adaptivity_ci(
     s_all = weighted_quantile(s_sorted, ones[ws], q)
     a_all = weighted_quantile(a_sorted, ones[wa], q)
     rng = np.random.default_rng(seed)
-    vals = np.empty(n_boot)
-    for b in range(n_boot):
-        mult = np.bincount(rng.integers(0, n_w, n_w), minlength=n_w).astype(np.float64)
-        vals[b] = 1.0 - weighted_quantile(a_sorted, mult[wa], q) / weighted_quantile(
-            s_sorted, mult[ws], q
-        )
+    mult = np.empty((n_boot, n_w), np.float64)
+    for b in range(n_boot):  # one draw of n_w windows per replicate (the seeded stream)
+        mult[b] = np.bincount(rng.integers(0, n_w, n_w), minlength=n_w)
+    counts = np.bincount(wdense, minlength=n_w).astype(np.float64)
+    vals = 1.0 - _boot_quantiles(a_sorted, wa, mult, counts, q) / _boot_quantiles(
+        s_sorted, ws, mult, counts, q
+    )
     alpha = (1.0 - level) / 2
     lo, hi = np.quantile(vals, [alpha, 1.0 - alpha])
     return AdaptivityCI(
@@ -154,16 +219,20 @@ def adaptivity_ci(
 def sensitivity_table(
     labels_table: pl.DataFrame, ratios: np.ndarray, grid_r: np.ndarray
 ) -> pl.DataFrame:
-    """Per-window |r - r*|, regret (from the coarse P99 grid) and flatness for a ratio schedule."""
+    """Per-window |r - r*|, regret (:func:`window_regret`) and flatness for a ratio schedule."""
     cols = [f"p99_ms_r{round(r * 100):03d}" for r in grid_r]
     g = labels_table.select(cols).to_numpy()
+    r_star = labels_table["r_star"].to_numpy()
+    p_star = labels_table["p99_ms"].to_numpy()
     return pl.DataFrame(
         {
             "window": labels_table["window"],
             "ratio": np.asarray(ratios, np.float64),
             "r_star": labels_table["r_star"],
             "ratio_distance": ratio_distance(ratios, labels_table["r_star"].to_numpy()),
-            "regret": window_regret(np.asarray(grid_r), g, np.asarray(ratios, np.float64)),
+            "regret": window_regret(
+                np.asarray(grid_r), g, np.asarray(ratios, np.float64), r_star, p_star
+            ),
             "flatness": labels_table["flatness"],
         }
     )

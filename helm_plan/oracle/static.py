@@ -1,29 +1,75 @@
 """Best static: the single EMB share with the lowest whole-trace P99 (DESIGN.md, Oracle).
 
-The coarse grid (plus the validation grid, if any) is simulated as
-independent whole-trace runs mapped over the executor; a seeded Optuna study
-warm-started with those points then refines r in this process, reusing
-every evaluation. A constant r never reallocates, so the refill mode is
-irrelevant here.
+The first points (the coarse grid and the edge points, plus the validation
+grid if any) are independent whole-trace runs, mapped over the executor.
+Then a golden-section refinement on the ``ratio_step`` lattice narrows the
+bracket around the best of them (the P99 of a static split is unimodal
+enough near its minimum; the grid keeps a second basin from being missed by
+more than one grid step). Every run goes through a :class:`StaticRuns` memo,
+so the policies that are static splits (emb-max, kv-max, best static) reuse
+these runs instead of replaying the trace again. A constant r never
+reallocates, so the refill mode is irrelevant here.
+
+Two ratios are reported: ``ratio`` (the argmin, ties as in
+:func:`helm_plan.oracle.search.rank_key`) and ``robust_ratio``, the middle of
+the flat band (every evaluated r within ``flat_tol`` of the best P99):
+when P99(r) is flat, the argmin can sit right beside a cliff (r = 0 starves
+EMB), and the middle of the plateau is the split to recommend.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
 from helm_plan.exec import Executor, Progress, SerialExecutor
 from helm_plan.oracle.config import OracleConfig
-from helm_plan.oracle.search import best_of, ratio_grid, search, seed_for
+from helm_plan.oracle.search import Eval, best_of, first_points, rank_key
 from helm_plan.sim.config import NodeConfig
 from helm_plan.sim.context import NodeContext
-from helm_plan.sim.node import simulate_node
+from helm_plan.sim.node import NodeResult, simulate_node
 
-STATIC_SEED_TAG = 2**31 - 1
-"""Seed tag of the best-static study (window studies use their window index)."""
+GOLDEN = (3.0 - 5.0**0.5) / 2.0
+"""The golden-section step (≈ 0.382) into the larger gap of the bracket."""
+
+
+def static_task(shared: tuple[NodeContext, NodeConfig], r: float) -> NodeResult:
+    """The whole trace at constant ``r``, without its per-request arrays but the sojourns."""
+    ctx, ncfg = shared
+    return simulate_node(ctx, np.array([r]), ncfg).compact()
+
+
+@dataclass
+class StaticRuns:
+    """Whole-trace runs at constant ratios, memoised by ratio (one per trace and node config)."""
+
+    ctx: NodeContext
+    """The trace."""
+    node_cfg: NodeConfig
+    """How the node runs (the refill mode is irrelevant at a constant ratio)."""
+    executor: Executor | None = None
+    """Where a batch of new ratios runs."""
+    runs: dict[float, NodeResult] = field(default_factory=dict)
+    """Results by ratio (rounded to 1e-9)."""
+
+    def get(self, ratios: list[float], progress: Progress | None = None) -> list[NodeResult]:
+        """Results at ``ratios``; the ones not run yet are mapped over the executor."""
+        keys = [round(float(r), 9) for r in ratios]
+        todo = sorted({r for r in keys if r not in self.runs})
+        if todo:
+            ex = self.executor or SerialExecutor()
+            done = ex.map(static_task, todo, shared=(self.ctx, self.node_cfg), progress=progress,
+                          label=lambda r: f"static r={r:g}")  # fmt: skip
+            self.runs.update(zip(todo, done, strict=True))
+        return [self.runs[r] for r in keys]
+
+    @property
+    def replays(self) -> int:
+        """Whole-trace replays run so far."""
+        return len(self.runs)
 
 
 @dataclass(frozen=True, eq=False)
@@ -31,24 +77,27 @@ class BestStatic:
     """The single EMB share minimising whole-trace P99."""
 
     ratio: float
-    """Best static r."""
+    """Best static r (the argmin)."""
     p99_ms: float
     """Whole-trace P99 at ``ratio`` (measured windows), ms."""
     slo_attainment: float
     """Whole-trace SLO attainment at ``ratio``."""
     flatness: float
-    """Range of evaluated r whose P99 is within flat_tol of the best."""
+    """Width of the flat band: evaluated r whose P99 is within flat_tol of the best."""
+    flat_lo: float
+    """Lowest r of the flat band."""
+    flat_hi: float
+    """Highest r of the flat band."""
+    robust_ratio: float
+    """The evaluated r nearest the middle of the flat band: the split to recommend."""
     evaluated: pl.DataFrame
     """Every r simulated: r, p99_ms, slo_attainment, emb_hit_rate, kv_reuse_rate (sorted by r)."""
     method: str
-    """'optuna-tpe', 'optuna-gp' or 'grid STEP'."""
+    """'golden' (grid, then golden-section refinement) or 'grid STEP'."""
 
 
-def static_task(shared: tuple[NodeContext, NodeConfig], r: float) -> tuple[float, ...]:
-    """Whole-trace (P99 ms, attainment, EMB hit rate, KV reuse rate) at constant ``r``."""
-    ctx, ncfg = shared
-    res = simulate_node(ctx, np.array([r]), ncfg)
-    return res.p99_ms, res.slo_attainment, res.emb_hit_rate, res.kv_reuse_rate
+def _eval(res: NodeResult) -> Eval:
+    return res.p99_ms, res.slo_attainment, res.mean_ms
 
 
 def best_static(
@@ -57,39 +106,59 @@ def best_static(
     oracle_cfg: OracleConfig,
     progress: Progress | None = None,
     executor: Executor | None = None,
+    runs: StaticRuns | None = None,
 ) -> BestStatic:
-    """Search the static r with the lowest whole-trace P99 (grid over the executor, then Optuna)."""
-    pre = ratio_grid(oracle_cfg.coarse_step)
-    if oracle_cfg.grid_step is not None:
-        pre = np.union1d(pre, ratio_grid(oracle_cfg.grid_step))
-    pre_r = [round(float(r), 9) for r in pre]
-    ex = executor or SerialExecutor()
-    shared = (ctx, node_cfg)
-    results = ex.map(static_task, pre_r, shared=shared, progress=progress,
-                     label=lambda r: f"best static r={r:g}")  # fmt: skip
-    cache: dict[float, Any] = dict(zip(pre_r, results, strict=True))
-
-    def objective(r: float) -> tuple[float, float]:
-        if r not in cache:
-            cache[r] = static_task(shared, r)
-        return cache[r][0], cache[r][1]
-
-    evals = search(objective, oracle_cfg, seed_for(oracle_cfg.seed, STATIC_SEED_TAG))
-    r_star, flat, _, _ = best_of(evals, oracle_cfg.flat_tol)
-    rs = sorted(cache)
+    """Search the static r with the lowest whole-trace P99 (see the module docstring)."""
+    memo = runs or StaticRuns(ctx, node_cfg, executor)
+    first = first_points(oracle_cfg)
+    memo.get(first, progress)
+    evals = {r: _eval(memo.runs[r]) for r in first}
+    if oracle_cfg.grid_step is None:
+        refine(evals, lambda r: _eval(memo.get([r])[0]), oracle_cfg.ratio_step or 0.01)
+    r_star, flat, lo, hi = best_of(evals, oracle_cfg.flat_tol)
+    rs = sorted(evals)
+    band = [r for r in rs if lo <= r <= hi] if np.isfinite(lo) else [r_star]
+    mid = (lo + hi) / 2 if np.isfinite(lo) else r_star
+    robust = min(band, key=lambda r: (abs(r - mid), r))
+    res = [memo.runs[r] for r in rs]
     df = pl.DataFrame(
         {
             "r": rs,
-            "p99_ms": [cache[r][0] for r in rs],
-            "slo_attainment": [cache[r][1] for r in rs],
-            "emb_hit_rate": [cache[r][2] for r in rs],
-            "kv_reuse_rate": [cache[r][3] for r in rs],
+            "p99_ms": [x.p99_ms for x in res],
+            "slo_attainment": [x.slo_attainment for x in res],
+            "emb_hit_rate": [x.emb_hit_rate for x in res],
+            "kv_reuse_rate": [x.kv_reuse_rate for x in res],
         }
     )
-    method = (
-        f"grid {oracle_cfg.grid_step}"
-        if oracle_cfg.grid_step is not None
-        else f"optuna-{oracle_cfg.sampler}"
-    )
-    return BestStatic(ratio=r_star, p99_ms=cache[r_star][0], slo_attainment=cache[r_star][1],
-                      flatness=flat, evaluated=df, method=method)  # fmt: skip
+    best = memo.runs[r_star]
+    method = f"grid {oracle_cfg.grid_step}" if oracle_cfg.grid_step is not None else "golden"
+    return BestStatic(ratio=r_star, p99_ms=best.p99_ms, slo_attainment=best.slo_attainment,
+                      flatness=flat, flat_lo=lo, flat_hi=hi, robust_ratio=robust, evaluated=df,
+                      method=method)  # fmt: skip
+
+
+def refine(evals: dict[float, Eval], objective: Callable[[float], Eval], step: float) -> None:
+    """Golden-section refinement on the ``step`` lattice around the best evaluated ratio.
+
+    Probes the larger gap next to the current best until both gaps are one
+    lattice step; adds every probe to ``evals``.
+    """
+
+    def snap(x: float) -> float:
+        return round(round(x / step) * step, 9)
+
+    for _ in range(64):  # a bracket of width 1 needs ~12 probes at step 0.01
+        rs = sorted(evals)
+        b = min(rs, key=lambda r: rank_key(r, evals[r]))
+        i = rs.index(b)
+        left = rs[i - 1] if i > 0 else b
+        right = rs[i + 1] if i + 1 < len(rs) else b
+        if b - left >= right - b:
+            x = snap(b - GOLDEN * (b - left))
+        else:
+            x = snap(b + GOLDEN * (right - b))
+        if x in evals or not left < x < right:
+            x = snap(b - step) if b - left > step + 1e-12 else snap(b + step)
+            if x in evals or not left < x < right:
+                return
+        evals[x] = objective(x)

@@ -8,6 +8,7 @@ builder touches the network or the file system.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import plotly.graph_objects as go
@@ -42,6 +43,25 @@ def _layout(fig: go.Figure, title: str, *, height: int = 400, **kw: Any) -> go.F
 
 def _colour(policy: str, i: int) -> str:
     return POLICY_COLOURS.get(policy, PALETTE[i % len(PALETTE)])
+
+
+#: Percent ticks with up to two decimals and no trailing zeros: 0%, -0.5%, -1%, -1.5%
+#: (a whole-percent format rounds -0.5% and -1.4% both to "-1%").
+PCT_TICKS = ".2~%"
+
+
+def _slo_line(fig: go.Figure, slo: float, *, log_y: bool) -> None:
+    """A dotted SLO line labelled "SLO x ms" at its height.
+
+    The line is a shape, placed in data units on any axis. Plotly places
+    annotations on a log axis in log10 units, so the label takes log10(slo)
+    there (in data units it would sit at 10^slo and stretch the axis).
+    """
+    fig.add_hline(y=slo, line={"color": "#888", "dash": "dot"})
+    fig.add_annotation(
+        x=1.0, xref="paper", xanchor="right", y=math.log10(slo) if log_y else slo, yref="y",
+        yanchor="bottom", text=f"SLO {slo:g} ms", showarrow=False, font={"color": "#666"},
+    )  # fmt: skip
 
 
 def arrivals(run: RunData) -> go.Figure | None:
@@ -153,7 +173,8 @@ def _curve(run: RunData, kinds: tuple[str, ...], title: str, ytitle: str) -> go.
                 )
             )  # fmt: skip
     fig.update_yaxes(range=[0, 1.02])
-    return _layout(fig, title, xaxis_title="cache size (GiB, up to the whole pool)",
+    fig.update_xaxes(type="log")  # the capacities are log-spaced (helm_plan.cache.curves)
+    return _layout(fig, title, xaxis_title="cache size (GiB, log scale, up to the whole pool)",
                    yaxis_title=ytitle, hovermode="closest")  # fmt: skip
 
 
@@ -167,25 +188,46 @@ def kv_curve(run: RunData) -> go.Figure | None:
     return _curve(run, ("kv",), "KV reuse vs cache size", "reused token share")
 
 
+QUEUE_TERM = "queue_wait"
+"""The latency_terms row that is time in the queue, not service (plotted apart)."""
+
+
 def latency_terms(run: RunData) -> go.Figure | None:
-    """Mean service time per request broken into model terms, per policy (stacked bars)."""
+    """Mean service time per request broken into model terms, per policy (stacked bars).
+
+    Queue wait is not service: it is drawn as a separate marker per policy, so
+    the stacked bar is the mean service time and bar + marker the mean sojourn.
+    """
     df = run.table("latency_terms")
     if df.is_empty():
         return None
     policies = list(dict.fromkeys(df["policy"].to_list()))
     fig = go.Figure()
-    for i, term in enumerate(dict.fromkeys(df["term"].to_list())):
+    terms = [t for t in dict.fromkeys(df["term"].to_list()) if t != QUEUE_TERM]
+    for i, term in enumerate(terms):
         sub = df.filter(pl.col("term") == term)
         by = dict(zip(sub["policy"], sub["mean_ms"], strict=True))
         fig.add_trace(
             go.Bar(
                 x=policies, y=[by.get(p, 0.0) for p in policies], name=term,
                 marker_color=PALETTE[i % len(PALETTE)],
+                hovertemplate=f"{term}: %{{y:.4g}} ms<extra>%{{x}}</extra>",
+            )
+        )  # fmt: skip
+    wait = df.filter(pl.col("term") == QUEUE_TERM)
+    if not wait.is_empty():
+        by = dict(zip(wait["policy"], wait["mean_ms"], strict=True))
+        fig.add_trace(
+            go.Scatter(
+                x=policies, y=[by.get(p) for p in policies], mode="markers",
+                name="mean queue wait (not service)",
+                marker={"symbol": "line-ew-open", "size": 28, "color": "#1d2733"},
+                hovertemplate="queue wait: %{y:.4g} ms<extra>%{x}</extra>",
             )
         )  # fmt: skip
     return _layout(
-        fig, "Mean service time by term", barmode="stack", xaxis_title="policy",
-        yaxis_title="mean service time (ms)", hovermode="closest",
+        fig, "Mean service time by term (queue wait apart)", barmode="stack",
+        xaxis_title="policy", yaxis_title="mean per request (ms)", hovermode="closest",
     )  # fmt: skip
 
 
@@ -272,7 +314,7 @@ def policy_p99(run: RunData) -> go.Figure | None:
     fig = _per_policy(df, "p99_ms", mode="lines+markers", line={"width": 1.8}, marker={"size": 5})
     slo = run.meta.get("slo_ms")
     if slo:
-        fig.add_hline(y=slo, line={"color": "#888", "dash": "dot"}, annotation_text="SLO")
+        _slo_line(fig, float(slo), log_y=True)
     fig.update_yaxes(type="log")
     return _layout(fig, "P99 per window by policy", xaxis_title="time (s)",
                    yaxis_title="P99 sojourn (ms)", height=400)  # fmt: skip
@@ -288,6 +330,7 @@ def static_sweep(run: RunData) -> go.Figure | None:
         go.Scatter(
             x=df["ratio"].to_list(), y=df["p99_ms"].to_list(), mode="lines+markers",
             line={"color": PALETTE[0]}, marker={"size": 6}, name="static r",
+            hovertemplate="r = %{x:.2f}: whole-trace P99 %{y:.4g} ms<extra></extra>",
         )
     )  # fmt: skip
     bs = run.meta.get("best_static_ratio")
@@ -298,11 +341,12 @@ def static_sweep(run: RunData) -> go.Figure | None:
                 go.Scatter(
                     x=[bs], y=[row["p99_ms"][0]], mode="markers", name="best static",
                     marker={"size": 13, "color": PALETTE[1], "symbol": "star"},
+                    hovertemplate="best static r = %{x:.2f}: P99 %{y:.4g} ms<extra></extra>",
                 )
             )  # fmt: skip
     slo = run.meta.get("slo_ms")
     if slo:
-        fig.add_hline(y=slo, line={"color": "#888", "dash": "dot"}, annotation_text="SLO")
+        _slo_line(fig, float(slo), log_y=False)
     return _layout(fig, "Whole-trace P99 vs static split", xaxis_title="EMB share r",
                    yaxis_title="P99 sojourn (ms)", hovermode="closest")  # fmt: skip
 
@@ -331,7 +375,7 @@ def sensitivity(run: RunData) -> go.Figure | None:
                              boxpoints="all", jitter=0.4, pointpos=0, showlegend=False), 1, 1)  # fmt: skip
         fig.add_trace(go.Box(y=sub["abs_dr"].to_list(), name=p, marker_color=c,
                              boxpoints="all", jitter=0.4, pointpos=0, showlegend=False), 1, 2)  # fmt: skip
-    fig.update_yaxes(tickformat=".0%", row=1, col=1)
+    fig.update_yaxes(tickformat=PCT_TICKS, row=1, col=1)
     return _layout(fig, "Sensitivity over windows", height=380, hovermode="closest")
 
 
@@ -366,7 +410,7 @@ def adaptivity(run: RunData) -> go.Figure | None:
         )
     )  # fmt: skip
     fig.add_hline(y=0, line={"color": "#555"})
-    fig.update_yaxes(tickformat=".0%")
+    fig.update_yaxes(tickformat=PCT_TICKS)
     return _layout(fig, "P99 reduction vs best static (bootstrap CI over windows)",
                    yaxis_title="P99 reduction", hovermode="closest")  # fmt: skip
 

@@ -23,9 +23,10 @@ import polars as pl
 from helm_plan import io
 from helm_plan._data import data_dir
 from helm_plan._version import __version__
+from helm_plan.inspect import LABELS as STAT_LABELS
 from helm_plan.report import figures
 from helm_plan.report.store import RunData
-from helm_plan.report.summary import FLAT_TOLERANCE, headline, stats_dict, verdict
+from helm_plan.report.summary import flat_tol, headline, stats_dict, verdict
 
 Fmt = Callable[[Any], str]
 SECTION_TITLES = {
@@ -66,9 +67,29 @@ def f_fixed(decimals: int = 2) -> Fmt:
     return lambda v: "–" if v is None or v != v else f"{v:,.{decimals}f}"
 
 
+def pct_text(v: float, decimals: int = 1) -> str:
+    """``v`` (a share) as a percentage that never reads 100% (or 0%) unless it is exactly that.
+
+    A share of 0.9998 at one decimal would print "100.0%" beside a requirement
+    of 99.9%; more digits are shown until the rounding no longer hides the gap.
+    """
+    d = decimals
+    while d < 6 and v not in (0.0, 1.0) and round(100 * v, d) in (0.0, 100.0):
+        d += 1
+    return f"{100 * v:.{d}f}%"
+
+
 def f_pct(decimals: int = 1) -> Fmt:
-    """Formatter: a share as a percentage."""
-    return lambda v: "–" if v is None or v != v else f"{100 * v:.{decimals}f}%"
+    """Formatter: a share as a percentage (see :func:`pct_text`)."""
+    return lambda v: "–" if v is None or v != v else pct_text(float(v), decimals)
+
+
+def human_bytes(v: float) -> str:
+    """Bytes as GiB, MiB or KiB with three significant digits."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(v) >= scale:
+            return f"{v / scale:,.3g} {unit}"
+    return f"{v:,.0f} B"
 
 
 def f_gib(v: Any) -> str:
@@ -166,9 +187,18 @@ def _summary(run: RunData) -> str:
     )
 
 
+def _stat_value(key: str, v: Any) -> str:
+    if key.endswith("_bytes") and isinstance(v, int | float) and v == v:
+        return human_bytes(float(v))
+    if key == "cold_share" and isinstance(v, float):
+        return pct_text(v)
+    return f_num(4)(v)
+
+
 def _workload(run: RunData, figs: _Figs) -> str:
     st = stats_dict(run)
-    rows = [{"k": k, "v": v} for k, v in st.items()]
+    rows = [{"k": STAT_LABELS.get(k, k.replace("_", " ")), "v": _stat_value(k, v)}
+            for k, v in st.items()]  # fmt: skip
     return (
         '<p class="lead">What the trace asks of one GPU: arrivals, context lengths and item skew.</p>'
         + table(rows, [("k", "statistic", f_text), ("v", "value", f_num(4))])
@@ -235,7 +265,7 @@ def _oracle(run: RunData, figs: _Figs) -> str:
     return (
         '<p class="lead">The offline-optimal EMB share r* per window (seeded Optuna study, '
         f"{how}). The band holds every r whose P99 is within "
-        f"{FLAT_TOLERANCE:.0%} of the best: a wide band means the split hardly matters there.</p>"
+        f"{flat_tol(run):.0%} of the best: a wide band means the split hardly matters there.</p>"
         + figs.section("oracle", run)
         + table(_rows(run.table("labels")), cols)
     )

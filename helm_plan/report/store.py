@@ -89,7 +89,10 @@ def read_store(path: str | os.PathLike[str]) -> RunData:
     try:
         con = duckdb.connect(str(p), read_only=True)
     except duckdb.Error as e:
-        raise InputFileError(f"{p} is not a readable DuckDB run store: {e}") from e
+        raise InputFileError(
+            f"{p} is not a readable DuckDB run store: {str(e).splitlines()[0]}",
+            hint="rerun `helm-plan analyze` to rebuild the run directory",
+        ) from e
     try:
         names = [
             r[0]
@@ -98,7 +101,10 @@ def read_store(path: str | os.PathLike[str]) -> RunData:
             ).fetchall()
         ]
         if META_TABLE not in names:
-            raise InputFileError(f"{p} has no {META_TABLE} table; it is not a helm-plan run store")
+            raise InputFileError(
+                f"{p} has no {META_TABLE} table, so it is not a helm-plan run store",
+                hint="pass a run directory written by `helm-plan analyze`",
+            )
         meta = {
             k: json.loads(v)
             for k, v in con.execute(f"SELECT key, value_json FROM {META_TABLE}").fetchall()

@@ -20,6 +20,14 @@ SUMMARY_SCHEMA = "helm-plan/summary"
 SUMMARY_SCHEMA_VERSION = "1.0"
 
 FLAT_TOLERANCE = 0.02
+"""The flatness tolerance of runs whose store predates ``meta['flat_tol']`` (the oracle's default)."""
+
+
+def flat_tol(run: RunData) -> float:
+    """The relative P99 tolerance the run's oracle used for its flat bands."""
+    return float(run.meta.get("flat_tol", FLAT_TOLERANCE))
+
+
 """Relative P99 tolerance that defines the near-optimal (flat) band and 'hardly matters'."""
 
 OVERLOAD_ATTAINMENT = 0.99
@@ -92,12 +100,16 @@ def headline(run: RunData) -> dict[str, Any]:
     return {
         "best_static": {
             "ratio": _num(run.meta.get("best_static_ratio")),
+            "robust_ratio": _num(run.meta.get("best_static_robust_ratio")),
+            "flat_lo": _num(run.meta.get("best_static_flat_lo")),
+            "flat_hi": _num(run.meta.get("best_static_flat_hi")),
             "p99_ms": bs.get("p99_ms"),
             "slo_attainment": bs.get("slo_attainment"),
         },
         "oracle": {
             "p99_ms": _num(run.meta.get("oracle_p99_ms")),
             "slo_attainment": _num(run.meta.get("oracle_slo_attainment")),
+            "schedule": run.meta.get("oracle_schedule", "labels"),
             "ratio_min": _num(lab["r_star"].min()) if not lab.is_empty() else None,
             "ratio_max": _num(lab["r_star"].max()) if not lab.is_empty() else None,
         },
@@ -118,9 +130,9 @@ def sensitivity_summary(run: RunData) -> dict[str, Any]:
         spread = max(extremes) / ref - 1.0
     matters = None
     if spread is not None:
-        matters = bool(spread > FLAT_TOLERANCE)
+        matters = bool(spread > flat_tol(run))
     return {
-        "flat_tolerance": FLAT_TOLERANCE,
+        "flat_tolerance": flat_tol(run),
         "median_flat_width": width,
         "extreme_split_penalty": spread,
         "split_matters": matters,
@@ -156,7 +168,7 @@ def verdict(run: RunData) -> list[str]:
     if s["split_matters"] is False:
         out.append(
             "The EMB/KV split hardly matters for this workload and profile: even giving the whole "
-            f"pool to one cache stays within {FLAT_TOLERANCE:.0%} of the best static P99{ext_txt}. "
+            f"pool to one cache stays within {flat_tol(run):.0%} of the best static P99{ext_txt}. "
             "Any reasonable ratio is a valid plan; spend effort elsewhere."
         )
     elif s["split_matters"]:
@@ -173,7 +185,7 @@ def verdict(run: RunData) -> list[str]:
             f"{orc['ratio_max']:.2f}] (moves by {moved:.2f})"
             + (
                 f"; in the median window any r within a band {s['median_flat_width']:.2f} wide "
-                f"is within {FLAT_TOLERANCE:.0%} of the best P99."
+                f"is within {flat_tol(run):.0%} of the best P99."
                 if s["median_flat_width"] is not None
                 else "."
             )
@@ -200,7 +212,7 @@ def verdict(run: RunData) -> list[str]:
     naive, ad = pols.get("naive-adaptive"), pols.get(ADAPTIVE)
     if naive and ad and naive["p99_ms"] and ad["p99_ms"]:
         gap = naive["p99_ms"] / ad["p99_ms"] - 1.0
-        how = "matters" if abs(gap) > FLAT_TOLERANCE else "hardly matters here"
+        how = "matters" if abs(gap) > flat_tol(run) else "hardly matters here"
         out.append(
             f"Refill mode {how}: with the oracle schedule, eager (blocking) refill gives P99 "
             f"{naive['p99_ms']:.3f} ms, throttled background refill {ad['p99_ms']:.3f} ms."

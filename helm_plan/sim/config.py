@@ -8,6 +8,8 @@ from helm_plan.config import require_int, require_positive
 from helm_plan.errors import ConfigError
 from helm_plan.sim.refill import REFILL_MODES
 
+BATCHING = ("static", "continuous")
+"""Batch formation modes (see helm_plan.sim.batching)."""
 DEFAULT_SLO_MS = 100.0
 """Default P99 SLO: the ~100 ms budget of an online ranking stage (HSTU-class GR serving)."""
 DEFAULT_WINDOW_S = 10.0
@@ -24,7 +26,13 @@ class NodeConfig:
     window_s: float = DEFAULT_WINDOW_S
     """Window length, seconds; the ratio may change only at window boundaries."""
     slots: int = 1
-    """Parallel executors of the FIFO queue."""
+    """Independent streams serving the FIFO queue (MIG/MPS partitions)."""
+    batch_max: int = 1
+    """Most requests per batch (1 = each request alone)."""
+    batch_timeout_ms: float = 0.0
+    """static batching: longest a batch waits for more requests after its first, ms."""
+    batching: str = "static"
+    """static (close at batch_max or the timeout) or continuous (start at once with all waiting)."""
     refill: str = "throttled"
     """Refill mode of a growing EMB cache: lazy, eager or throttled (see helm_plan.sim.refill)."""
     throttle_share: float = 0.3
@@ -36,11 +44,24 @@ class NodeConfig:
         require_positive("slo_ms", self.slo_ms)
         require_positive("window_s", self.window_s)
         require_int("slots", self.slots, 1)
+        require_int("batch_max", self.batch_max, 1)
+        if not (self.batch_timeout_ms >= 0 and self.batch_timeout_ms < float("inf")):
+            raise ConfigError(
+                f"batch_timeout_ms must be finite and >= 0, got {self.batch_timeout_ms}",
+                hint="pass --batch-timeout-ms >= 0",
+            )
+        if self.batching not in BATCHING:
+            raise ConfigError(
+                f"unknown batching {self.batching!r}", hint=f"use one of {', '.join(BATCHING)}"
+            )
         if str(self.refill) not in REFILL_MODES:
             raise ConfigError(
                 f"unknown refill mode {str(self.refill)!r}",
                 hint=f"use one of {', '.join(REFILL_MODES)}",
             )
         if not 0.0 < self.throttle_share < 1.0:
-            raise ConfigError(f"throttle_share must be in (0, 1), got {self.throttle_share}")
+            raise ConfigError(
+                f"throttle_share must be in (0, 1), got {self.throttle_share}",
+                hint="pass --throttle-share between 0 and 1",
+            )
         require_int("warmup_windows", self.warmup_windows, 0)

@@ -10,7 +10,8 @@ import pyarrow as pa
 
 from helm_plan import trace as trace_io
 from helm_plan.arrays import TraceArrays, from_table, window_edges
-from helm_plan.cache.footprint import footprint
+from helm_plan.cache.core import Workload
+from helm_plan.cache.footprint import final_context, footprint
 from helm_plan.latency.model import LatencyModel, build_latency_model, resolve_latency
 from helm_plan.profiles import (
     DEFAULT_GPU,
@@ -28,8 +29,8 @@ from helm_plan.profiles import (
 class NodeContext:
     """A trace prepared for node simulation: dense arrays, profiles, latency model, pool."""
 
-    arrays: TraceArrays
-    """Dense trace arrays."""
+    workload: Workload
+    """The trace under the model: dense arrays, EMB keys, context rules."""
     gpu: GpuProfile
     """GPU profile."""
     model: ModelProfile
@@ -46,12 +47,20 @@ class NodeContext:
     """The trace's combined EMB+KV footprint, bytes."""
     notes: tuple[str, ...]
     """Warnings for the user (e.g. the whole footprint fits in the pool)."""
-    n_cand: np.ndarray = field(repr=False)
-    """Candidates per request, int64 (derived by prepare_context)."""
     ctx_len: np.ndarray = field(repr=False)
-    """Context length L per request, capped at max_seq_len, int64 (derived)."""
+    """Context length L per request (chunked slide past max_seq_len), int64 (derived)."""
     first_visit: np.ndarray = field(repr=False)
     """True where the request is its user's first in the trace (derived)."""
+
+    @property
+    def arrays(self) -> TraceArrays:
+        """Dense trace arrays."""
+        return self.workload.arrays
+
+    @property
+    def n_cand(self) -> np.ndarray:
+        """Candidates per request, int64."""
+        return self.workload.arrays.n_cand
 
     def edges(self, window_s: float) -> np.ndarray:
         """Request index bounds of each ``window_s`` window (len = windows + 1)."""
@@ -73,7 +82,8 @@ def prepare_context(
     latency_profile: LatencyProfile | None = None,
 ) -> NodeContext:
     """Bundle arrays and profiles; size the pool (HBM default, bytes, or footprint share)."""
-    fp = footprint(arrays, model).total_bytes
+    wl = Workload.of(arrays, model)
+    fp = footprint(wl, model).total_bytes
     pool = resolve_pool(
         gpu, model, pool_bytes_override=pool_bytes, pool_fraction=pool_fraction, footprint_bytes=fp
     )
@@ -87,7 +97,7 @@ def prepare_context(
     first_visit = np.zeros(arrays.n_requests, bool)
     first_visit[np.unique(arrays.user, return_index=True)[1]] = True
     return NodeContext(
-        arrays=arrays,
+        workload=wl,
         gpu=gpu,
         model=model,
         latency=latency,
@@ -96,8 +106,7 @@ def prepare_context(
         pool_source=pool.source,
         footprint_bytes=fp,
         notes=tuple(notes),
-        n_cand=np.diff(arrays.cand_offsets).astype(np.int64),
-        ctx_len=np.minimum(arrays.hist_end, model.max_seq_len).astype(np.int64),
+        ctx_len=final_context(arrays.hist_end, model.max_seq_len, model.kv_slide_chunk),
         first_visit=first_visit,
     )
 

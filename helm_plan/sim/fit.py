@@ -14,30 +14,36 @@ from typing import Any
 import numpy as np
 
 from helm_plan._version import __version__
-from helm_plan.cache.core import new_state, replay
+from helm_plan.cache.core import Workload, new_state, replay
 from helm_plan.errors import ConfigError, TraceError
 from helm_plan.latency.model import LatencyModel
 from helm_plan.latency.observed import ObservedFit, fit_observed
-from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL, LatencyProfile, profile_to_dict
+from helm_plan.profiles import (
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    LatencyProfile,
+    ModelProfile,
+    profile_to_dict,
+)
 from helm_plan.sim.context import load_context
 
 
 def predictors_from_trace(
-    arrays: Any, model: Any, *, ratio: float, pool_bytes: int
+    wl: Workload, model: ModelProfile, *, ratio: float, pool_bytes: int
 ) -> dict[str, np.ndarray]:
     """Per-request predictors from replaying the trace through the EMB/KV caches at ``ratio``.
 
     The caches start cold at the first request and are never resized. Returns
-    ``n_computed, ctx_len, n_cand, n_lookup, n_miss`` (int64, one per request).
+    ``n_computed, ctx_len, n_cand, lookup_bytes, miss_bytes`` (int64, one per request).
     """
-    state = new_state(arrays, ratio, pool_bytes, model)
-    out = replay(arrays, state, 0, arrays.n_requests, max_seq_len=model.max_seq_len)
+    state = new_state(wl, ratio, pool_bytes, model)
+    out = replay(wl, state)
     return {
         "n_computed": out.n_computed,
         "ctx_len": out.ctx_len,
-        "n_cand": arrays.n_candidates.astype(np.int64),
-        "n_lookup": out.n_lookup,
-        "n_miss": out.n_miss,
+        "n_cand": out.n_cand,
+        "lookup_bytes": out.lookup_bytes,
+        "miss_bytes": out.miss_bytes,
     }
 
 
@@ -64,9 +70,14 @@ class FitConfig:
 
     def __post_init__(self) -> None:
         if not 0 <= self.ratio <= 1:
-            raise ConfigError(f"ratio must be in [0, 1], got {self.ratio}")
+            raise ConfigError(
+                f"ratio must be in [0, 1], got {self.ratio}", hint="pass --ratio in [0, 1]"
+            )
         if not 0 <= self.holdout_fraction < 1:
-            raise ConfigError(f"holdout_fraction must be in [0, 1), got {self.holdout_fraction}")
+            raise ConfigError(
+                f"holdout_fraction must be in [0, 1), got {self.holdout_fraction}",
+                hint="pass --holdout in [0, 1)",
+            )
 
 
 @dataclass(frozen=True)
@@ -112,7 +123,9 @@ def fit_trace(path: Any, cfg: FitConfig) -> TraceFit:
             f"{path} has no latency_ms column",
             hint="helm-plan fit needs observed latencies from a serving log",
         )
-    preds = predictors_from_trace(arr, ctx.model, ratio=cfg.ratio, pool_bytes=ctx.pool_bytes)
+    preds = predictors_from_trace(
+        ctx.workload, ctx.model, ratio=cfg.ratio, pool_bytes=ctx.pool_bytes
+    )
     fit = fit_observed(
         arr.latency_ms, preds, base=ctx.latency, holdout_fraction=cfg.holdout_fraction,
         seed=cfg.seed,

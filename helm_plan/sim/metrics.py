@@ -3,6 +3,7 @@
 - ``p50_ms``/``p99_ms``: percentiles of sojourn times (numpy's default linear
   interpolation), milliseconds;
 - ``slo_attainment``: share of requests with sojourn <= SLO;
+- ``mean_ms``: mean sojourn, milliseconds;
 - ``emb_hit_rate``: 1 - misses / lookups;
 - ``kv_reuse_rate``: reused context tokens / context tokens;
 - ``throughput_rps``: requests / max(window length, last finish - window start).
@@ -36,16 +37,19 @@ class LatencyFigures:
     """P99 sojourn, ms (NaN when empty)."""
     slo_attainment: float
     """Share of requests with sojourn <= SLO (NaN when empty)."""
+    mean_ms: float
+    """Mean sojourn, ms (NaN when empty)."""
 
 
 def latency_figures(sojourn_s: np.ndarray, slo_ms: float) -> LatencyFigures:
     """P50, P99 (ms) and SLO attainment of ``sojourn_s``; NaN for an empty set."""
     if len(sojourn_s) == 0:
-        return LatencyFigures(NAN, NAN, NAN)
+        return LatencyFigures(NAN, NAN, NAN, NAN)
     return LatencyFigures(
         p50_ms=float(np.percentile(sojourn_s, 50) * 1e3),
         p99_ms=float(np.percentile(sojourn_s, 99) * 1e3),
         slo_attainment=float(np.mean(sojourn_s <= slo_ms / 1e3)),
+        mean_ms=float(np.mean(sojourn_s) * 1e3),
     )
 
 

@@ -9,12 +9,14 @@ logic lives in :mod:`helm_plan.sim.step` only.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from helm_plan.errors import ConfigError
+from helm_plan.latency.model import TERMS
 from helm_plan.sim import metrics
 from helm_plan.sim.config import NodeConfig
 from helm_plan.sim.context import NodeContext
@@ -33,9 +35,15 @@ class NodeResult:
     service_s: np.ndarray
     """Service time per request, seconds."""
     n_miss: np.ndarray
-    """EMB misses per request."""
+    """EMB keys missed per request."""
     n_computed: np.ndarray
     """Computed (prefill) history tokens per request."""
+    lookup_bytes: np.ndarray
+    """EMB bytes looked up per request."""
+    miss_bytes: np.ndarray
+    """EMB bytes missed per request."""
+    batch_size: np.ndarray
+    """Requests in each request's batch, int32."""
     window_idx: np.ndarray
     """Window of each request, int64."""
     windows: pl.DataFrame
@@ -46,10 +54,12 @@ class NodeResult:
     """Overall P99 sojourn over measured windows, ms."""
     slo_attainment: float
     """Overall share of measured requests with sojourn <= SLO."""
+    mean_ms: float
+    """Overall mean sojourn over measured windows, ms."""
     throughput_rps: float
     """Measured requests / (last finish - first measured window start)."""
     emb_hit_rate: float
-    """EMB hit rate over measured requests."""
+    """EMB byte hit rate over measured requests (1 - missed / looked-up bytes)."""
     kv_reuse_rate: float
     """Share of context tokens reused from KV over measured requests."""
     h2d_bytes: int
@@ -62,6 +72,17 @@ class NodeResult:
     """Measured requests."""
     measured_from_window: int
     """First window counted in the overall figures."""
+    term_s: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    """Service time by term summed per window, seconds (helm_plan.latency.model.TERMS)."""
+
+    def compact(self) -> NodeResult:
+        """The same result without per-request arrays but the sojourns (a few bytes per request)."""
+        empty = {k: getattr(self, k)[:0] for k in _PER_REQUEST}
+        return dataclasses.replace(self, **empty)
+
+
+_PER_REQUEST = ("service_s", "n_miss", "n_computed", "lookup_bytes", "miss_bytes", "batch_size")
+"""NodeResult fields with one entry per request that compact() drops."""
 
 
 def simulate_node(ctx: NodeContext, policy: Policy | np.ndarray, cfg: NodeConfig) -> NodeResult:
@@ -108,12 +129,8 @@ def collect(results: list[WindowResult], cfg: NodeConfig) -> NodeResult:
         return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 
     sojourn = cat("sojourn_s", np.float64)
-    n_lookup, n_reused, ctx_len = (
-        cat("n_lookup", np.int64),
-        cat("n_reused", np.int64),
-        cat("ctx_len", np.int64),
-    )
-    n_miss = cat("n_miss", np.int64)
+    look_b, miss_b = cat("lookup_bytes", np.int64), cat("miss_bytes_req", np.int64)
+    n_reused, ctx_len = cat("n_reused", np.int64), cat("ctx_len", np.int64)
     counts = np.array([r.requests for r in results], np.int64)
     warm = min(cfg.warmup_windows, max(n_w - 1, 0))
     windows = pl.DataFrame(
@@ -144,19 +161,24 @@ def collect(results: list[WindowResult], cfg: NodeConfig) -> NodeResult:
         ratios=windows["ratio"].to_numpy(),
         sojourn_s=sojourn,
         service_s=cat("service_s", np.float64),
-        n_miss=n_miss,
+        n_miss=cat("n_miss", np.int64),
         n_computed=cat("n_computed", np.int64),
+        lookup_bytes=look_b,
+        miss_bytes=miss_b,
+        batch_size=cat("batch_size", np.int32),
         window_idx=np.repeat(np.arange(n_w, dtype=np.int64), counts),
         windows=windows,
         p50_ms=lat.p50_ms,
         p99_ms=lat.p99_ms,
         slo_attainment=lat.slo_attainment,
+        mean_ms=lat.mean_ms,
         throughput_rps=len(soj) / span if span > 0 else float("nan"),
-        emb_hit_rate=metrics.hit_rate(int(n_miss[i0:].sum()), int(n_lookup[i0:].sum())),
+        emb_hit_rate=metrics.hit_rate(int(miss_b[i0:].sum()), int(look_b[i0:].sum())),
         kv_reuse_rate=metrics.reuse_rate(int(n_reused[i0:].sum()), int(ctx_len[i0:].sum())),
         h2d_bytes=int(windows["h2d_bytes"][warm:].sum()) if n_w else 0,
         prefetch_bytes=int(windows["prefetch_bytes"][warm:].sum()) if n_w else 0,
         blocked_s=float(sum(r.blocked_s for r in results)),
         requests=len(soj),
         measured_from_window=warm,
+        term_s={k: np.array([r.term_s[k] for r in results], np.float64) for k in TERMS},
     )

@@ -63,31 +63,45 @@ def fifo(
     ``free_at_s`` carries a backlog in: when each slot frees (default: all idle).
     """
     if isinstance(slots, bool) or int(slots) != slots or slots <= 0:
-        raise ConfigError(f"slots must be a positive integer, got {slots}")
+        raise ConfigError(
+            f"slots must be a positive integer, got {slots}", hint="pass --slots >= 1"
+        )
     arr = np.ascontiguousarray(arrival_s, np.float64)
     svc = np.ascontiguousarray(service_s, np.float64)
     if arr.shape != svc.shape or arr.ndim != 1:
         raise ConfigError(
-            f"arrival_s and service_s must be 1-D of the same length, got {arr.shape} and {svc.shape}"
+            f"arrival_s and service_s must be 1-D of the same length, got {arr.shape} and {svc.shape}",
+            hint="pass one service time per arrival",
         )
     if len(arr) > 1 and np.any(np.diff(arr) < 0):
-        raise ConfigError("arrival_s must be sorted (non-decreasing)")
+        raise ConfigError("arrival_s must be sorted (non-decreasing)", hint="sort the arrivals")
     if len(svc) and svc.min() < 0:
-        raise ConfigError(f"service_s must be >= 0, got {svc.min()}")
+        raise ConfigError(
+            f"service_s must be >= 0, got {svc.min()}", hint="pass non-negative service times"
+        )
     bt = _NO_T if block_at_s is None else np.ascontiguousarray(block_at_s, np.float64)
     bd = _NO_T if block_dur_s is None else np.ascontiguousarray(block_dur_s, np.float64)
     if bt.shape != bd.shape:
-        raise ConfigError("block_at_s and block_dur_s must have the same length")
+        raise ConfigError(
+            "block_at_s and block_dur_s must have the same length",
+            hint="pass one duration per blocking job",
+        )
     if len(bt) > 1 and np.any(np.diff(bt) < 0):
-        raise ConfigError("block_at_s must be sorted")
+        raise ConfigError("block_at_s must be sorted", hint="sort the blocking jobs by time")
     if len(bd) and bd.min() < 0:
-        raise ConfigError(f"block durations must be >= 0, got {bd.min()}")
+        raise ConfigError(
+            f"block durations must be >= 0, got {bd.min()}",
+            hint="pass non-negative block durations",
+        )
     if free_at_s is None:
         free = np.zeros(int(slots), np.float64)
     else:
         free = np.array(free_at_s, np.float64)
         if free.shape != (int(slots),):
-            raise ConfigError(f"free_at_s must hold one time per slot ({slots}), got {free.shape}")
+            raise ConfigError(
+                f"free_at_s must hold one time per slot ({slots}), got {free.shape}",
+                hint="pass one free time per slot",
+            )
     start = np.empty_like(arr)
     finish = np.empty_like(arr)
     blocked = _fifo(arr, svc, bt, bd, start, finish, free)

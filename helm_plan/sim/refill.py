@@ -1,21 +1,25 @@
 """Refill modes: how the growing EMB cache is filled after a ratio change (DESIGN.md, Reallocation).
 
 A pluggable family, like Vidur's schedulers: each mode is one class that
-turns "these rows (hottest first) are missing, the boundary is at ``t_b``"
+turns "these keys (hottest first) are missing, the boundary is at ``t_b``"
 into a :class:`RefillPlan`, registered under its name with
 :func:`register_refill`. Adding a mode is one class in one file that calls
 ``register_refill``; :class:`Refill` lists the shipped names.
 
-Shipped modes (``row_s = host_gather_s + row_bytes / h2d_bw``):
+"Hottest" comes from decayed lookup counts (halved at every window boundary,
+so a key evicted by a shrink stays hot for a few windows and is copied back
+first when EMB grows again). With ``bytes_k`` the bytes of key ``k`` and
+``per_byte = 1/h2d_bw + 1/host_gather_bw`` (the link and the host-side
+gather):
 
 - ``lazy``: no copy; demand misses fill the free space.
-- ``eager``: all rows are copied before serving resumes. They are resident at
-  ``t_b`` and the node is blocked for ``h2d_latency + rows·row_s`` (the
+- ``eager``: all keys are copied before serving resumes. They are resident at
+  ``t_b`` and the node is blocked for ``h2d_latency + Σ bytes·per_byte`` (the
   naive baseline).
-- ``throttled``: the same rows are copied in the background at a share φ of
-  the H2D bandwidth. Row ``k`` (0-based) lands at
-  ``t_b + h2d_latency + (k+1)·(host_gather_s + row_bytes/(φ·h2d_bw))``;
-  until the copy ends, demand misses see ``h2d_share = 1 - φ`` (HELM's way).
+- ``throttled``: the same keys are copied in the background at a share φ of
+  the link. Key ``k`` (0-based) lands at ``t_b + h2d_latency + Σ_{j<=k}
+  bytes_j·(1/(φ·h2d_bw) + 1/host_gather_bw)``; until the copy ends, demand
+  misses see ``h2d_share = 1 - φ`` (HELM's way).
 
 Only EMB is refilled: KV entries cannot be copied from the host (they are
 the product of a prefill, not stored data), so a growing KV cache is always
@@ -32,6 +36,7 @@ from typing import ClassVar
 import numpy as np
 
 from helm_plan.errors import ConfigError
+from helm_plan.latency.kernel import COEFFS
 from helm_plan.latency.model import LatencyModel
 
 
@@ -47,10 +52,10 @@ class Refill(StrEnum):
 class RefillPlan:
     """What a refill does after one boundary."""
 
-    rows: np.ndarray
-    """Dense item ids to copy, hottest first, int32."""
+    keys: np.ndarray
+    """Dense EMB keys to copy, hottest first, int32."""
     ready_s: np.ndarray
-    """When each row is resident, seconds (non-decreasing), float64."""
+    """When each key is resident, seconds (non-decreasing), float64."""
     block_s: float
     """How long the node is blocked from the boundary before serving resumes, seconds."""
     demand_share: float
@@ -68,9 +73,14 @@ class RefillMode(ABC):
 
     @abstractmethod
     def plan(
-        self, rows: np.ndarray, boundary_s: float, lat: LatencyModel, throttle_share: float
+        self,
+        keys: np.ndarray,
+        key_bytes: np.ndarray,
+        boundary_s: float,
+        lat: LatencyModel,
+        throttle_share: float,
     ) -> RefillPlan:
-        """Plan the copy of ``rows`` (hottest first) starting at ``boundary_s``."""
+        """Plan the copy of ``keys`` (hottest first, ``key_bytes`` each) from ``boundary_s``."""
 
 
 REFILL_MODES: dict[str, type[RefillMode]] = {}
@@ -97,6 +107,12 @@ def _none(boundary_s: float) -> RefillPlan:
     return RefillPlan(np.zeros(0, np.int32), np.zeros(0), 0.0, 1.0, boundary_s)
 
 
+def _link(lat: LatencyModel) -> tuple[float, float, float]:
+    """(h2d latency s, h2d bandwidth B/s, host gather bandwidth B/s) of the latency model."""
+    c = dict(zip(COEFFS, lat.coeffs, strict=True))
+    return c["h2d_latency_s"], c["h2d_bw_Bps"], c["host_gather_Bps"]
+
+
 @register_refill
 class Lazy(RefillMode):
     """Demand misses fill the free space; nothing is copied ahead."""
@@ -104,7 +120,7 @@ class Lazy(RefillMode):
     name = "lazy"
     prefetches = False
 
-    def plan(self, rows, boundary_s, lat, throttle_share):  # noqa: ANN001, ANN201
+    def plan(self, keys, key_bytes, boundary_s, lat, throttle_share):  # noqa: ANN001, ANN201
         return _none(boundary_s)
 
 
@@ -114,12 +130,14 @@ class Eager(RefillMode):
 
     name = "eager"
 
-    def plan(self, rows, boundary_s, lat, throttle_share):  # noqa: ANN001, ANN201
-        rows = np.asarray(rows, np.int32)
-        if len(rows) == 0:
+    def plan(self, keys, key_bytes, boundary_s, lat, throttle_share):  # noqa: ANN001, ANN201
+        keys = np.asarray(keys, np.int32)
+        if len(keys) == 0:
             return _none(boundary_s)
-        block = lat.h2d_latency_s + len(rows) * (lat.host_gather_s + lat.row_bytes / lat.h2d_bw_Bps)
-        return RefillPlan(rows, np.full(len(rows), boundary_s), block, 1.0, boundary_s)
+        h2d_lat, h2d_bw, host_bw = _link(lat)
+        total = float(np.sum(key_bytes, dtype=np.float64))
+        block = h2d_lat + total / h2d_bw + total / host_bw
+        return RefillPlan(keys, np.full(len(keys), boundary_s), block, 1.0, boundary_s)
 
 
 @register_refill
@@ -128,12 +146,16 @@ class Throttled(RefillMode):
 
     name = "throttled"
 
-    def plan(self, rows, boundary_s, lat, throttle_share):  # noqa: ANN001, ANN201
-        rows = np.asarray(rows, np.int32)
-        if len(rows) == 0:
+    def plan(self, keys, key_bytes, boundary_s, lat, throttle_share):  # noqa: ANN001, ANN201
+        keys = np.asarray(keys, np.int32)
+        if len(keys) == 0:
             return _none(boundary_s)
         if not 0.0 < throttle_share < 1.0:
-            raise ConfigError(f"throttle_share must be in (0, 1), got {throttle_share}")
-        per_row = lat.host_gather_s + lat.row_bytes / (throttle_share * lat.h2d_bw_Bps)
-        ready = boundary_s + lat.h2d_latency_s + per_row * np.arange(1, len(rows) + 1)
-        return RefillPlan(rows, ready, 0.0, 1.0 - throttle_share, float(ready[-1]))
+            raise ConfigError(
+                f"throttle_share must be in (0, 1), got {throttle_share}",
+                hint="pass --throttle-share between 0 and 1",
+            )
+        h2d_lat, h2d_bw, host_bw = _link(lat)
+        per_byte = 1.0 / (throttle_share * h2d_bw) + 1.0 / host_bw
+        ready = boundary_s + h2d_lat + np.cumsum(np.asarray(key_bytes, np.float64)) * per_byte
+        return RefillPlan(keys, ready, 0.0, 1.0 - throttle_share, float(ready[-1]))

@@ -17,9 +17,9 @@ from helm_plan.cache import core
 from helm_plan.config import require_range
 from helm_plan.errors import ConfigError
 from helm_plan.sim import metrics
+from helm_plan.sim.batching import serve
 from helm_plan.sim.config import NodeConfig
 from helm_plan.sim.context import NodeContext
-from helm_plan.sim.queue import fifo
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,8 @@ class SpanEval:
     """P99 sojourn of the measured requests, ms."""
     slo_attainment: float
     """Share of measured requests with sojourn <= SLO."""
+    mean_ms: float
+    """Mean sojourn of the measured requests, ms."""
     emb_hit_rate: float
     """EMB hit rate of the measured requests."""
     kv_reuse_rate: float
@@ -43,25 +45,29 @@ class SpanEval:
 
 
 def replay_span(
-    ctx: NodeContext, ratio: float, warm_start: int, start: int, stop: int, slots: int
+    ctx: NodeContext, ratio: float, warm_start: int, start: int, stop: int, cfg: NodeConfig
 ) -> tuple[core.ReplayResult, np.ndarray]:
-    """Replay ``[warm_start, stop)`` from cold caches at ``ratio`` through a FIFO queue.
+    """Replay ``[warm_start, stop)`` from cold caches at ``ratio``, served in batches.
 
     Returns the cache outcomes of the whole span and the sojourn times (s) of
     the measured requests ``[start, stop)``; the earlier ones only warm up.
     """
     if not 0 <= warm_start <= start <= stop <= ctx.arrays.n_requests:
-        raise ConfigError(f"bad span: warm_start={warm_start}, start={start}, stop={stop}")
+        raise ConfigError(
+            f"bad span: warm_start={warm_start}, start={start}, stop={stop}",
+            hint="pass 0 <= warm_start <= start <= stop <= requests",
+        )
     require_range("ratio", ratio, 0.0, 1.0)
-    a = ctx.arrays
-    emb_rows, kv_tokens = core.capacities(ratio, ctx.pool_bytes, ctx.model)
-    state = core.CacheState.empty(a.n_items, a.n_users, emb_rows, kv_tokens)
-    r = core.replay(a, state, warm_start, stop, max_seq_len=ctx.model.max_seq_len)
-    sl = slice(warm_start, stop)
-    service = ctx.latency.service_time_s(
-        r.n_computed, r.ctx_len, ctx.n_cand[sl], r.n_lookup, r.n_miss
-    )
-    return r, fifo(a.ts_s[sl], service, slots).sojourn_s[start - warm_start :]
+    state = core.new_state(ctx.workload, ratio, ctx.pool_bytes, ctx.model)
+    r = core.replay(ctx.workload, state, warm_start, stop)
+    ts = ctx.arrays.ts_s[warm_start:stop]
+    q = serve(
+        ts, r.n_computed, r.ctx_len, r.n_cand, r.lookup_bytes, r.miss_bytes, ctx.latency.coeffs,
+        slots=cfg.slots, batch_max=cfg.batch_max, batch_timeout_s=cfg.batch_timeout_ms / 1e3,
+        batching=cfg.batching,
+    )  # fmt: skip
+    k = start - warm_start
+    return r, q.finish_s[k:] - ts[k:]
 
 
 def evaluate_span(
@@ -71,22 +77,23 @@ def evaluate_span(
 
     Requests ``[warm_start, start)`` warm the caches and the queue but are not measured.
     """
-    r, soj = replay_span(ctx, ratio, warm_start, start, stop, cfg.slots)
-    return span_eval(ctx, ratio, r, soj, start - warm_start, cfg.slo_ms)
+    r, soj = replay_span(ctx, ratio, warm_start, start, stop, cfg)
+    return span_eval(ratio, r, soj, start - warm_start, cfg.slo_ms)
 
 
 def span_eval(
-    ctx: NodeContext, ratio: float, r: core.ReplayResult, soj: np.ndarray, k: int, slo_ms: float
+    ratio: float, r: core.ReplayResult, soj: np.ndarray, k: int, slo_ms: float
 ) -> SpanEval:
     """Figures of the measured requests: replay outcomes from index ``k`` on, sojourns ``soj``."""
     lat = metrics.latency_figures(soj, slo_ms)
-    miss = int(r.n_miss[k:].sum())
+    miss = int(r.miss_bytes[k:].sum())
     return SpanEval(
         ratio=float(ratio),
         p50_ms=lat.p50_ms,
         p99_ms=lat.p99_ms,
         slo_attainment=lat.slo_attainment,
-        emb_hit_rate=metrics.hit_rate(miss, int(r.n_lookup[k:].sum())),
+        mean_ms=lat.mean_ms,
+        emb_hit_rate=metrics.hit_rate(miss, int(r.lookup_bytes[k:].sum())),
         kv_reuse_rate=metrics.reuse_rate(int(r.n_reused[k:].sum()), int(r.ctx_len[k:].sum())),
-        miss_bytes=miss * ctx.model.row_bytes,
+        miss_bytes=miss,
     )

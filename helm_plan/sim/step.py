@@ -13,17 +13,21 @@ At a window boundary where ``r`` changes (DESIGN.md, Reallocation):
    not copied, and the demand-miss H2D share ends there;
 2. ``CacheState.resize``: the shrinking cache evicts LRU entries;
 3. if the EMB cache grows, the refill mode (:mod:`helm_plan.sim.refill`)
-   plans a copy of the hottest non-resident rows, "hottest" by EMB lookup
-   counts of the previous non-empty window, as many as there are free rows.
-   ``eager`` makes them resident at the boundary and blocks the node;
-   ``throttled`` lands them one by one in the background while demand misses
-   get ``1 - φ`` of the H2D link; ``lazy`` copies nothing;
+   plans a copy of the hottest non-resident keys that fit the free bytes,
+   "hottest" by lookup counts halved at every boundary (so keys a shrink
+   evicted stay hot for a while). ``eager`` makes them resident at the
+   boundary and blocks the node; ``throttled`` lands them one by one in the
+   background while demand misses get ``1 - φ`` of the H2D link; ``lazy``
+   copies nothing;
 4. a growing KV cache is always demand-filled: KV cannot be copied from host.
 
-Accounting per window: ``h2d_bytes`` = (demand misses + prefetched rows that
-land in the window) · row_bytes; ``prefetch_bytes`` = the prefetched part.
-The H2D share a request sees is decided by its arrival time. A blocking
-(eager) copy enters the FIFO at the boundary, before the window's requests.
+Then the window's requests replay through the caches in arrival order and are
+served in batches (:mod:`helm_plan.sim.batching`). Accounting per window:
+``h2d_bytes`` = demand-miss bytes + bytes of prefetched keys that land in the
+window; ``prefetch_bytes`` = the prefetched part. The H2D share a request
+sees, and whether a prefetched key has landed, are decided by its arrival
+time. A blocking (eager) copy enters the queue at the boundary, before the
+window's requests.
 """
 
 from __future__ import annotations
@@ -36,9 +40,9 @@ import numpy as np
 from helm_plan.cache import core
 from helm_plan.errors import ConfigError
 from helm_plan.sim import metrics
+from helm_plan.sim.batching import BatchResult, batch_terms, serve
 from helm_plan.sim.config import NodeConfig
 from helm_plan.sim.context import NodeContext
-from helm_plan.sim.queue import fifo
 from helm_plan.sim.refill import get_refill
 
 _NO_I32 = np.zeros(0, np.int32)
@@ -58,7 +62,8 @@ class WindowResult:
     ratio: float
     """EMB share the window was served at."""
     first: int
-    """Trace index of the window's first request (requests are ``[first, first + requests)``)."""
+    """Trace index of the window's first request when they are contiguous (a node serving the
+    whole trace: ``[first, first + requests)``), else -1."""
     sojourn_s: np.ndarray
     """Wait + service per request, seconds."""
     service_s: np.ndarray
@@ -69,10 +74,16 @@ class WindowResult:
     """History tokens reused from KV per request, int64."""
     ctx_len: np.ndarray
     """Context length per request, int64."""
-    n_lookup: np.ndarray
-    """EMB lookups per request, int64."""
+    n_cand: np.ndarray
+    """Candidates per request, int64."""
+    lookup_bytes: np.ndarray
+    """EMB bytes looked up per request, int64."""
+    miss_bytes_req: np.ndarray
+    """EMB bytes missed per request, int64."""
     n_miss: np.ndarray
-    """EMB misses per request, int64."""
+    """EMB keys missed per request, int64."""
+    batch_size: np.ndarray
+    """Requests in each request's batch, int32."""
     last_finish_s: float
     """When the window's last request finished, seconds (NaN when empty)."""
     p50_ms: float
@@ -81,10 +92,12 @@ class WindowResult:
     """P99 sojourn, ms."""
     slo_attainment: float
     """Share of the window's requests with sojourn <= SLO."""
+    mean_ms: float
+    """Mean sojourn, ms."""
     throughput_rps: float
     """Requests / max(window length, last finish - window start)."""
     emb_hit_rate: float
-    """1 - misses / lookups."""
+    """1 - missed bytes / looked-up bytes."""
     kv_reuse_rate: float
     """Reused / context tokens."""
     miss_bytes: int
@@ -93,6 +106,9 @@ class WindowResult:
     """Refill-copy bytes landing in the window."""
     blocked_s: float
     """Time the node was blocked by an eager refill at this window's boundary, seconds."""
+    term_s: dict[str, float]
+    """Service time by term of T(B) summed over the window's batches, seconds
+    (:func:`helm_plan.sim.batching.batch_terms`)."""
 
     @property
     def requests(self) -> int:
@@ -126,11 +142,14 @@ class NodeRunner:
         self.ratio = float("nan")
         self.state: core.CacheState | None = None
         self.free_at_s = np.zeros(self.cfg.slots, np.float64)
-        self._pend_rows, self._pend_ready = _NO_I32, _NO_F64
-        self._landed = _NO_F64  # ready times of copied rows not yet counted
+        self._pend_keys, self._pend_ready = _NO_I32, _NO_F64
+        self._landed = _NO_F64  # ready times of copied keys not yet counted
+        self._landed_b = _NO_F64  # and their bytes
         self._share_iv: tuple[float, float, float] | None = None  # (from, until, share)
-        self._counts: np.ndarray | None = None  # lookups per item, last non-empty window
-        self._blocks: list[tuple[float, float]] = []  # eager copies (at, duration) not yet queued
+        # decayed lookups per key: the refill's hotness signal
+        self._counts = (
+            np.zeros(self.ctx.workload.n_keys, np.float32) if self.mode.prefetches else None
+        )
 
     @property
     def done(self) -> bool:
@@ -142,126 +161,198 @@ class NodeRunner:
         if self.state is not None:
             other.state = self.state.copy()
         other.free_at_s = self.free_at_s.copy()
-        other._blocks = list(self._blocks)
+        if self._counts is not None:
+            other._counts = self._counts.copy()
         return other
 
     def step(self, r: float) -> WindowResult:
-        """Serve the next window at EMB share ``r``."""
+        """Serve the next window at EMB share ``r``: boundary, replay, batches, accounting."""
+        block_s = self.begin_window(r)
+        ctx, cfg = self.ctx, self.cfg
+        s, e = int(self.edges[self.window]), int(self.edges[self.window + 1])
+        ts = ctx.arrays.ts_s[s:e]
+        res = core.replay(
+            ctx.workload, self.state, s, e, prefetch_keys=self._pend_keys,
+            prefetch_ready_s=self._pend_ready, counts=self._counts,
+        )  # fmt: skip
+        q = serve(
+            ts, res.n_computed, res.ctx_len, res.n_cand, res.lookup_bytes, res.miss_bytes,
+            ctx.latency.coeffs, slots=cfg.slots, batch_max=cfg.batch_max,
+            batch_timeout_s=cfg.batch_timeout_ms / 1e3, batching=cfg.batching,
+            h2d_share=self.h2d_share(ts),
+            block_at_s=np.array([self.window * cfg.window_s]) if block_s > 0 else None,
+            block_dur_s=np.array([block_s]) if block_s > 0 else None,
+            free_at_s=self.free_at_s,
+        )  # fmt: skip
+        self.free_at_s = q.free_at_s
+        return self.finish_window(ts, res, q, block_s, first=s)
+
+    # The three phases of a step are public so a cluster can serve one window on many
+    # nodes at once (its own request kernel between begin_window and finish_window)
+    # without a second copy of the boundary or accounting logic.
+
+    def begin_window(self, r: float) -> float:
+        """Boundary work before the next window at EMB share ``r``; returns the eager block, s.
+
+        Creates the caches before window 0; afterwards halves the refill's
+        hotness and, if ``r`` changed, cancels a running copy, resizes the caches
+        and plans the refill (:meth:`pending_prefetch`, :meth:`h2d_share`).
+        """
         if self.done:
-            raise ConfigError(f"the node has served all {self.n_windows} windows; call reset()")
+            raise ConfigError(
+                f"the node has served all {self.n_windows} windows", hint="call reset() first"
+            )
         if not (np.isfinite(r) and 0.0 <= r <= 1.0):
-            raise ConfigError(f"ratio must be in [0, 1], got {r}")
-        ctx, cfg, w = self.ctx, self.cfg, self.window
-        a, m = ctx.arrays, ctx.model
-        s, e = int(self.edges[w]), int(self.edges[w + 1])
-        tb = w * cfg.window_s
+            raise ConfigError(f"ratio must be in [0, 1], got {r}", hint="decide r in [0, 1]")
         r = float(r)
         block_s = 0.0
         if self.state is None:
-            self.state = core.new_state(a, r, ctx.pool_bytes, m)
-        elif r != self.ratio:
-            block_s = self._reallocate(r, tb)
-        self.ratio = r
-        if e > s:
-            res = core.replay(
-                a, self.state, s, e, max_seq_len=m.max_seq_len,
-                prefetch_rows=self._pend_rows, prefetch_ready_s=self._pend_ready,
-                count_lookups=self.mode.prefetches,
-            )  # fmt: skip
-            self._counts = res.lookup_counts
-            if len(self._pend_rows):
-                keep = self._pend_ready > a.ts_s[e - 1]
-                self._pend_rows, self._pend_ready = self._pend_rows[keep], self._pend_ready[keep]
-            share = np.ones(e - s, np.float64)
-            if self._share_iv is not None:
-                lo_t, hi_t, sh = self._share_iv
-                lo, hi = np.searchsorted(a.ts_s[s:e], [lo_t, hi_t], side="left")
-                share[lo:hi] = sh
-            service = ctx.latency.service_time_s(
-                res.n_computed, res.ctx_len, ctx.n_cand[s:e], res.n_lookup, res.n_miss, share
-            )
-            # Eager copies enter the FIFO at their boundary, ahead of the requests after it;
-            # one at an empty window's boundary waits for the next window's first arrival.
-            bt = np.array([b[0] for b in self._blocks], np.float64)
-            bd = np.array([b[1] for b in self._blocks], np.float64)
-            q = fifo(a.ts_s[s:e], service, cfg.slots, block_at_s=bt, block_dur_s=bd,
-                     free_at_s=self.free_at_s)  # fmt: skip
-            self._blocks = []
-            self.free_at_s = q.free_at_s
-            soj, finish = q.sojourn_s, q.finish_s
-            outcomes = (res.n_computed, res.n_reused, res.ctx_len, res.n_lookup, res.n_miss)
+            self.state = core.new_state(self.ctx.workload, r, self.ctx.pool_bytes, self.ctx.model)
         else:
-            service = soj = finish = _NO_F64
-            outcomes = tuple(np.zeros(0, np.int64) for _ in range(5))
-        prefetch_rows = self._count_landed(w)
+            if self._counts is not None:
+                self._counts *= 0.5  # a boundary halves the hotness of every key
+            if r != self.ratio:
+                block_s = self._reallocate(r, self.window * self.cfg.window_s)
+        self.ratio = r
+        return block_s
+
+    def adopt(self, state: core.CacheState, counts: np.ndarray | None = None) -> None:
+        """Carry on from caller-owned arrays with the same contents as the node's own.
+
+        A cluster keeps every node's caches (and refill hotness ``counts``) as
+        views into stacked arrays that its request kernel indexes; after
+        copying the node's contents into them it hands the views over here, so
+        the boundary logic keeps working on the memory the kernel serves from.
+        """
+        if self.state is None:
+            raise ConfigError("adopt needs a started node", hint="call begin_window first")
+        if (counts is None) != (self._counts is None):
+            raise ConfigError(
+                "adopt: pass hotness counts exactly when the refill mode copies rows",
+                hint=f"refill {self.cfg.refill!r} {'copies' if self._counts is not None else 'does not copy'}",
+            )
+        self.state = state
+        if counts is not None:
+            self._counts = counts
+
+    @property
+    def pending_prefetch(self) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, ready times) of the refill copy not yet landed, in copy order."""
+        return self._pend_keys, self._pend_ready
+
+    @property
+    def counts(self) -> np.ndarray | None:
+        """Decayed lookups per key (float32), if the refill mode copies; else None."""
+        return self._counts
+
+    def h2d_share(self, arrival_s: np.ndarray) -> np.ndarray:
+        """The share of the H2D link demand misses get, per arrival (1 outside a copy)."""
+        share = np.ones(len(arrival_s), np.float64)
+        if self._share_iv is not None:
+            lo_t, hi_t, sh = self._share_iv
+            lo, hi = np.searchsorted(arrival_s, [lo_t, hi_t], side="left")
+            share[lo:hi] = sh
+        return share
+
+    def finish_window(
+        self,
+        arrival_s: np.ndarray,
+        res: core.ReplayResult,
+        q: BatchResult,
+        block_s: float,
+        first: int = -1,
+    ) -> WindowResult:
+        """Close the window: drop the prefetches the replay consumed, count landed bytes, figures.
+
+        ``arrival_s``, ``res`` and ``q`` describe the requests this node served
+        in the window (sorted by arrival); ``first`` is the trace index of the
+        first when they are contiguous (-1 otherwise).
+        """
+        cfg, w = self.cfg, self.window
+        tb = w * cfg.window_s
+        n = len(arrival_s)
+        if len(self._pend_keys) and n:
+            keep = self._pend_ready > arrival_s[-1]
+            self._pend_keys, self._pend_ready = self._pend_keys[keep], self._pend_ready[keep]
+        soj = q.finish_s - arrival_s
+        terms = batch_terms(q, res.n_computed, res.ctx_len, res.n_cand, res.lookup_bytes,
+                            res.miss_bytes, self.h2d_share(arrival_s), self.ctx.latency)  # fmt: skip
+        prefetch_b = self._count_landed(w)
         self.window += 1
-        n_comp, n_reuse, ctx_len, n_look, n_miss = outcomes
         lat = metrics.latency_figures(soj, cfg.slo_ms)
-        last = float(np.max(a.ts_s[s:e] + soj)) if e > s else float("nan")
+        last = float(np.max(arrival_s + soj)) if n else float("nan")
+        miss_b = int(res.miss_bytes.sum())
         return WindowResult(
-            window=w, start_s=tb, end_s=tb + cfg.window_s, ratio=r, first=s,
-            sojourn_s=soj, service_s=service, n_computed=n_comp, n_reused=n_reuse,
-            ctx_len=ctx_len, n_lookup=n_look, n_miss=n_miss,
-            last_finish_s=float(finish.max()) if e > s else float("nan"),
-            p50_ms=lat.p50_ms, p99_ms=lat.p99_ms, slo_attainment=lat.slo_attainment,
-            throughput_rps=metrics.throughput_rps(e - s, tb, cfg.window_s, last),
-            emb_hit_rate=metrics.hit_rate(int(n_miss.sum()), int(n_look.sum())),
-            kv_reuse_rate=metrics.reuse_rate(int(n_reuse.sum()), int(ctx_len.sum())),
-            miss_bytes=int(n_miss.sum()) * m.row_bytes,
-            prefetch_bytes=prefetch_rows * m.row_bytes,
+            window=w, start_s=tb, end_s=tb + cfg.window_s, ratio=self.ratio, first=first,
+            sojourn_s=soj, service_s=q.service_s, n_computed=res.n_computed,
+            n_reused=res.n_reused, ctx_len=res.ctx_len, n_cand=res.n_cand,
+            lookup_bytes=res.lookup_bytes, miss_bytes_req=res.miss_bytes, n_miss=res.n_miss,
+            batch_size=q.batch_size,
+            last_finish_s=float(q.finish_s.max()) if n else float("nan"),
+            p50_ms=lat.p50_ms, p99_ms=lat.p99_ms, slo_attainment=lat.slo_attainment, mean_ms=lat.mean_ms,
+            throughput_rps=metrics.throughput_rps(n, tb, cfg.window_s, last),
+            emb_hit_rate=metrics.hit_rate(miss_b, int(res.lookup_bytes.sum())),
+            kv_reuse_rate=metrics.reuse_rate(int(res.n_reused.sum()), int(res.ctx_len.sum())),
+            miss_bytes=miss_b,
+            prefetch_bytes=prefetch_b,
             blocked_s=block_s,
+            term_s=terms,
         )  # fmt: skip
 
     def _reallocate(self, r: float, tb: float) -> float:
         """Boundary work of a ratio change at ``tb``; returns the eager block duration."""
         assert self.state is not None
         ctx, cfg = self.ctx, self.cfg
-        # cancel a copy still running: rows not landed by tb are not copied
-        if len(self._pend_rows):
+        # cancel a copy still running: keys not landed by tb are not copied
+        if len(self._pend_keys):
             keep = self._pend_ready <= tb
-            self._pend_rows, self._pend_ready = self._pend_rows[keep], self._pend_ready[keep]
-        self._landed = self._landed[self._landed <= tb]
+            self._pend_keys, self._pend_ready = self._pend_keys[keep], self._pend_ready[keep]
+        done = self._landed <= tb
+        self._landed, self._landed_b = self._landed[done], self._landed_b[done]
         if self._share_iv is not None and self._share_iv[1] > tb:
             self._share_iv = (self._share_iv[0], tb, self._share_iv[2])
-        old_cap = self.state.emb_capacity_rows
-        emb_rows, kv_tok = core.capacities(r, ctx.pool_bytes, ctx.model)
-        self.state.resize(emb_rows, kv_tok)
-        free = emb_rows - self.state.emb_rows_used
-        if not (
-            emb_rows > old_cap and free > 0 and self.mode.prefetches and self._counts is not None
-        ):
+        old_cap = self.state.emb_capacity_bytes
+        emb_b, kv_tok = core.capacities(r, ctx.pool_bytes, ctx.model)
+        self.state.resize(emb_b, kv_tok)
+        free = emb_b - self.state.emb_bytes_used
+        if not (emb_b > old_cap and free > 0 and self._counts is not None):
             return 0.0
-        rows = hottest_nonresident(self._counts, self.state.emb_resident, free)
-        plan = self.mode.plan(rows, tb, ctx.latency, cfg.throttle_share)
-        if not len(plan.rows):
+        kb = ctx.workload.keys.key_bytes
+        keys = hottest_missing(self._counts, self.state.emb_resident, kb, free)
+        plan = self.mode.plan(keys, kb[keys], tb, ctx.latency, cfg.throttle_share)
+        if not len(plan.keys):
             return 0.0
-        self._pend_rows = np.concatenate([self._pend_rows, plan.rows])
+        self._pend_keys = np.concatenate([self._pend_keys, plan.keys])
         self._pend_ready = np.concatenate([self._pend_ready, plan.ready_s])
         self._landed = np.concatenate([self._landed, plan.ready_s])
-        if plan.block_s > 0:
-            self._blocks.append((tb, plan.block_s))
+        self._landed_b = np.concatenate([self._landed_b, kb[plan.keys].astype(np.float64)])
         self._share_iv = (
             (tb, plan.copy_end_s, plan.demand_share) if plan.demand_share < 1.0 else None
         )
         return plan.block_s
 
     def _count_landed(self, w: int) -> int:
-        """Copied rows landing in window ``w`` (copies past the trace end never count)."""
+        """Bytes of copied keys landing in window ``w`` (copies past the trace end never count)."""
         if not len(self._landed):
             return 0
         ws, n_w = self.cfg.window_s, self.n_windows
         t = self._landed
         wi = np.minimum((t // ws).astype(np.int64), n_w - 1)
         inside = t < n_w * ws
-        n = int(np.count_nonzero(inside & (wi <= w)))
-        self._landed = t[inside & (wi > w)]
+        now = inside & (wi <= w)
+        n = int(self._landed_b[now].sum())
+        later = inside & (wi > w)
+        self._landed, self._landed_b = t[later], self._landed_b[later]
         return n
 
 
-def hottest_nonresident(counts: np.ndarray, resident: np.ndarray, k: int) -> np.ndarray:
-    """Up to ``k`` non-resident items with lookups, most looked-up first (ties: lower id)."""
-    cand = np.flatnonzero((counts > 0) & (resident == 0))
-    if len(cand) == 0 or k <= 0:
+def hottest_missing(
+    counts: np.ndarray, resident: np.ndarray, key_bytes: np.ndarray, free_bytes: int
+) -> np.ndarray:
+    """Non-resident keys with lookups, hottest first (ties: lower key), while they fit ``free_bytes``."""
+    cand = np.flatnonzero((counts > 0) & ~resident)
+    if len(cand) == 0 or free_bytes <= 0:
         return np.zeros(0, np.int32)
-    order = np.argsort(-counts[cand], kind="stable")
-    return cand[order[:k]].astype(np.int32)
+    order = cand[np.argsort(-counts[cand], kind="stable")]
+    fits = np.cumsum(key_bytes[order]) <= free_bytes
+    return order[fits].astype(np.int32)

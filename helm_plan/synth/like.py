@@ -20,7 +20,14 @@ memory), so the source may be larger than memory. Mapping to
 - ``cold_history_mean``: mean new items of a user's first request;
 - cold-user share: kept by scaling ``users`` and ``qps`` by the same factor
   over the source's duration (each user's request rate stays as observed);
-- ``items``: the source's distinct items times the scale.
+- ``returning_share = 0``: the source's first requests, returning users' or
+  new, are all fitted by ``cold_history_mean``;
+- ``items``: the source's *catalog* times the scale, keeping ``zipf_alpha``.
+  The catalog is estimated from the distinct items seen at the source's
+  history-item count under the fitted Zipf (:mod:`helm_plan.synth.catalog`),
+  so the scaled trace shows about ``scale`` x the source's distinct items
+  with the same skew (a catalog of ``scale`` x distinct items would be seen
+  almost entirely and lose the long tail).
 
 History lengths follow from those (first batch plus growth per revisit, capped
 at ``max_seq_len``); the source's history percentiles are stored beside the
@@ -33,6 +40,7 @@ import dataclasses
 import json
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,11 +48,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from helm_plan import io, trace
+from helm_plan import io, regimes, trace
 from helm_plan._version import __version__
-from helm_plan.config import require_positive
+from helm_plan.config import Progress, from_dict, require_positive
 from helm_plan.errors import ConfigError, TraceError
-from helm_plan.inspect import ZIPF_MIN_COUNT, Progress, TraceStats, inspect_trace
+from helm_plan.inspect import ZIPF_MIN_COUNT, TraceStats, inspect_trace
+from helm_plan.synth.catalog import estimate_catalog
 from helm_plan.synth.config import MAX_ITEMS, ROW_GROUP_ROWS, SynthConfig
 from helm_plan.synth.core import iter_chunks, plan
 
@@ -98,11 +107,33 @@ def write(
     meta = {
         "helm_plan.schema_version": trace.SCHEMA_VERSION,
         "helm_plan.provenance": json.dumps(provenance(cfg, like), sort_keys=True, default=str),
+        regimes.SPANS_KEY: regimes.spans_json(pl.shape.spans()),
     }
+    empty = ConfigError(
+        f"qps={cfg.qps} over duration_s={cfg.duration_s} drew no requests",
+        hint="raise --qps or --duration-s",
+    )
+    rows, users, tokens = write_stream(
+        path, iter_chunks(cfg, pl=pl, progress=progress), meta, empty
+    )
+    return SynthResult(Path(path), rows, users, tokens, pl.shape.bursts)
+
+
+def write_stream(
+    path: str | os.PathLike[str],
+    chunks: Iterator[pa.Table],
+    meta: dict[str, str],
+    empty: Exception,
+) -> tuple[int, int, int]:
+    """Write canonical ``chunks`` to ``path``, one row group each (atomic).
+
+    Returns (rows, users, history items); raises ``empty`` (leaving no file) if there
+    are no rows. Users are counted as max(user_id) + 1 (ids by first appearance).
+    """
     schema = pa.schema([pa.field(k, t) for k, t in trace.REQUIRED.items()])
     rows = users = tokens = 0
     with io.parquet_writer(path, schema, metadata=meta) as w:
-        for chunk in iter_chunks(cfg, pl=pl, progress=progress):
+        for chunk in chunks:
             w.write_table(
                 trace.validate(chunk, source=str(path), row_offset=rows).cast(schema),
                 row_group_size=ROW_GROUP_ROWS,
@@ -111,11 +142,8 @@ def write(
             users = max(users, pc.max(chunk.column("user_id")).as_py() + 1)
             tokens += pc.sum(pc.list_value_length(chunk.column("new_items"))).as_py()
         if rows == 0:  # raised inside the writer: no file is left behind
-            raise ConfigError(
-                f"qps={cfg.qps} over duration_s={cfg.duration_s} drew no requests",
-                hint="raise --qps or --duration-s",
-            )
-    return SynthResult(Path(path), rows, users, tokens, pl.shape.bursts)
+            raise empty
+    return rows, users, tokens
 
 
 @dataclass(frozen=True)
@@ -130,6 +158,12 @@ class LikeFit:
     """Distinct users in the source."""
     items: int
     """Distinct items in the source."""
+    history_tokens: int
+    """History items (new_items) in the source: the Zipf draws behind ``items``."""
+    catalog_items: int
+    """Estimated catalog the source's items were drawn from (``items`` when not estimable)."""
+    catalog_fit: str
+    """How ``catalog_items`` was found: ``zipf`` (estimated) or ``distinct`` (the distinct count)."""
     duration_s: float
     """Source duration, seconds (at least 1)."""
     mean_qps: float
@@ -171,14 +205,19 @@ def fit(path: str | os.PathLike[str], *, progress: Progress | None = None) -> Li
     else:
         gap = max(p50, 1e-3)
         sigma = min(max((math.log(max(p90, gap)) - math.log(gap)) / _Z90, 0.1), 5.0)
+    alpha = min(max(st.zipf_alpha, 0.0), 5.0)
+    catalog, how = estimate_catalog(st.items, st.history_tokens, alpha)
     return LikeFit(
         source=str(path),
         requests=st.requests,
         users=st.users,
         items=st.items,
+        history_tokens=st.history_tokens,
+        catalog_items=catalog,
+        catalog_fit=how,
         duration_s=max(st.duration_s, 1.0),
         mean_qps=st.requests / max(st.duration_s, 1.0),
-        zipf_alpha=min(max(st.zipf_alpha, 0.0), 5.0),
+        zipf_alpha=alpha,
         cold_share=st.cold_share,
         revisit_gap_s=gap,
         revisit_gap_sigma=sigma,
@@ -194,7 +233,7 @@ def fit(path: str | os.PathLike[str], *, progress: Progress | None = None) -> Li
 
 
 def like_config(f: LikeFit, *, scale: float = 10.0, **overrides: Any) -> SynthConfig:
-    """A SynthConfig reproducing ``f`` with users, items and QPS scaled by ``scale``.
+    """A SynthConfig reproducing ``f`` with users, QPS and the catalog scaled by ``scale``.
 
     ``overrides`` (any SynthConfig field, e.g. ``qps=...``) win over the scaled values;
     ``None`` values are ignored.
@@ -204,12 +243,13 @@ def like_config(f: LikeFit, *, scale: float = 10.0, **overrides: Any) -> SynthCo
         "qps": f.mean_qps * scale,
         "duration_s": f.duration_s,
         "users": max(1, round(f.users * scale)),
-        "items": min(MAX_ITEMS, max(1, round(f.items * scale))),
+        "items": min(MAX_ITEMS, max(1, round(f.catalog_items * scale))),
         "zipf_alpha": f.zipf_alpha,
         "revisit_gap_s": f.revisit_gap_s,
         "revisit_gap_sigma": f.revisit_gap_sigma,
         "new_items_mean": f.new_items_mean,
         "cold_history_mean": f.cold_history_mean,
+        "returning_share": 0.0,
     }
     base.update({k: v for k, v in overrides.items() if v is not None})
-    return SynthConfig(**base)
+    return from_dict(SynthConfig, base)

@@ -4,8 +4,8 @@ Memory is O(one segment + users + pending session continuations), never
 O(requests): nothing per request outlives its segment.
 
 **Segments.** ``[0, duration_s]`` is cut at equal shares of the expected
-request count, ``ceil(expected / SEGMENT_REQUESTS)`` segments, so the cut
-depends on the config only. Segment ``j`` draws with its own generator
+request count into ``max(ceil(expected / SEGMENT_REQUESTS), ceil(expected
+items / SEGMENT_TOKENS))`` segments, so the cut depends on the config only. Segment ``j`` draws with its own generator
 ``default_rng([seed, 4, j])``; the trace does not depend on how callers group
 rows (row groups are slices of the segments' output).
 
@@ -32,10 +32,13 @@ regime's Poisson process with the per-request probabilities above.
 
 Within a segment, continuations of same-segment anchors are resolved by
 pointer doubling; users are numbered by first appearance. Item counts: a cold
-request carries ``1 + round(lognormal)`` items (mean ``cold_history_mean``),
-another a geometric number (mean ``new_items_mean``); a user's history is
-capped at ``max_seq_len`` with the per-user history length carried across
-segments (O(users)).
+request is a *returning* user's (active before the trace window) with
+probability ``returning_share`` (``burst_returning_share`` inside a burst) and
+carries their pre-existing history, ``1 + round(lognormal)`` items with mean
+``returning_history_mean``; a new user's carries ``1 + round(lognormal)`` with
+mean ``cold_history_mean``; a revisit a geometric number (mean
+``new_items_mean``). A user's history is capped at ``max_seq_len`` with the
+per-user history length carried across segments (O(users)).
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ from helm_plan.synth.config import SynthConfig
 
 #: Expected requests per generation segment (fixed: the trace depends on it).
 SEGMENT_REQUESTS = 1 << 16
+#: Expected history items per generation segment, at most (fixed: the trace depends on it).
+#: Long histories cut the trace into more segments, so a segment's ids stay ~32 MiB.
+SEGMENT_TOKENS = 1 << 22
 
 _KNOWN, _COLD, _RETURN, _CHILD = 0, 1, 2, 3
 
@@ -98,11 +104,15 @@ def arrival_model(cfg: SynthConfig, shp: regimes.RegimeShape, p_cold: float) -> 
     grid = shp.grid_s
     cell_rate = (shp.rate[1:] + shp.rate[:-1]) * 0.5
     cum = np.concatenate([[0.0], np.cumsum(cell_rate * np.diff(grid))])
-    segs = max(1, math.ceil(cum[-1] / SEGMENT_REQUESTS))
+    p_in = max(cfg.burst_cold_share, p_cold)
+    burst_mass = sum(
+        float(np.interp(e, grid, cum) - np.interp(a, grid, cum)) for a, e in shp.bursts
+    )
+    tokens = expected_tokens(cfg, cum[-1] - burst_mass, burst_mass, p_cold, p_in)
+    segs = max(1, math.ceil(cum[-1] / SEGMENT_REQUESTS), math.ceil(tokens / SEGMENT_TOKENS))
     mass = cum[-1] * np.arange(segs + 1) / segs
     edges = np.interp(mass, cum, grid)
     edges[0], edges[-1] = 0.0, shp.duration_s
-    p_in = max(cfg.burst_cold_share, p_cold)
     q_in, q_out = (1 - p_in) * cfg.session_share, (1 - p_cold) * cfg.session_share
     # Cells fully inside one burst continue at q_in, cells partly inside at either.
     q_cell = np.full(len(cell_rate), q_out)
@@ -126,6 +136,29 @@ def arrival_model(cfg: SynthConfig, shp: regimes.RegimeShape, p_cold: float) -> 
         p_in=p_in,
         p_out=float(p_cold),
         g_max=float((cell_rate * q_cell).max()),
+    )
+
+
+def expected_tokens(
+    cfg: SynthConfig, outside: float, inside: float, p_out: float, p_in: float
+) -> float:
+    """Expected history items of the trace, before the per-user cap (sizes the segments).
+
+    ``outside`` / ``inside``: expected requests outside / inside bursts, cold with
+    probability ``p_out`` / ``p_in``. A first request carries the mixture of new and
+    returning initial histories (each mean capped at ``max_seq_len``), a revisit
+    ``new_items_mean``.
+    """
+    cap = cfg.max_seq_len
+    new = min(cfg.cold_history_mean, cap)
+    ret = min(cfg.returning_history_mean, cap)
+    first_out = cfg.returning_share * ret + (1 - cfg.returning_share) * new
+    first_in = cfg.burst_returning_share * ret + (1 - cfg.burst_returning_share) * new
+    cold = outside * p_out + inside * p_in
+    return (
+        outside * p_out * first_out
+        + inside * p_in * first_in
+        + (outside + inside - cold) * min(cfg.new_items_mean, cap)
     )
 
 
@@ -217,6 +250,8 @@ def segment(
     st.users += int(cold.sum())
 
     k = _item_counts(cfg, rng, cold)
+    if cfg.returning_share > 0 or cfg.burst_returning_share > 0:
+        _returning_histories(cfg, m, t, cold, k, j)
     return t, user, _cap_history(st, user, k, cfg.max_seq_len)
 
 
@@ -271,11 +306,7 @@ def _resolve(
 def _item_counts(cfg: SynthConfig, rng: np.random.Generator, cold: np.ndarray) -> np.ndarray:
     """Initial history for cold requests, geometric growth for the others (before the cap)."""
     n_cold = int(cold.sum())
-    sig = cfg.cold_history_sigma
-    extra = cfg.cold_history_mean - 1.0  # 1 + round(lognormal with mean `extra`)
-    mu = math.log(max(extra, 1e-300)) - sig * sig / 2
-    first = np.floor(rng.lognormal(mu, sig, n_cold) + 0.5) if extra > 0 else np.zeros(n_cold)
-    first += 1
+    first = _lognormal_count(rng, cfg.cold_history_mean, cfg.cold_history_sigma, n_cold)
     np.clip(first, 1, cfg.max_seq_len, out=first)
     grow = rng.geometric(1.0 / (1.0 + cfg.new_items_mean), size=len(cold) - n_cold) - 1
     np.minimum(grow, cfg.max_seq_len, out=grow)
@@ -283,6 +314,33 @@ def _item_counts(cfg: SynthConfig, rng: np.random.Generator, cold: np.ndarray) -
     k[cold] = first
     k[~cold] = grow
     return k
+
+
+def _lognormal_count(rng: np.random.Generator, mean: float, sigma: float, n: int) -> np.ndarray:
+    """``1 + round(lognormal)`` with mean ``mean`` (float64; ``mean`` 1 gives ones)."""
+    extra = mean - 1.0
+    mu = math.log(max(extra, 1e-300)) - sigma * sigma / 2
+    out = np.floor(rng.lognormal(mu, sigma, n) + 0.5) if extra > 0 else np.zeros(n)
+    out += 1
+    return out
+
+
+def _returning_histories(
+    cfg: SynthConfig, m: ArrivalModel, t: np.ndarray, cold: np.ndarray, k: np.ndarray, j: int
+) -> None:
+    """Give returning users' first requests their pre-existing history, in ``k`` (in place).
+
+    A first request is a returning user's with probability ``returning_share``
+    (``burst_returning_share`` inside a burst). Its own generator
+    ``default_rng([seed, 5, j])``: with both shares 0 the trace is as without returning users.
+    """
+    rng = np.random.default_rng([cfg.seed, 5, j])
+    idx = np.flatnonzero(cold)
+    share = np.where(m.in_burst(t[idx]), cfg.burst_returning_share, cfg.returning_share)
+    ret = idx[rng.random(len(idx)) < share]
+    n = _lognormal_count(rng, cfg.returning_history_mean, cfg.returning_history_sigma, len(ret))
+    np.clip(n, 1, cfg.max_seq_len, out=n)
+    k[ret] = n
 
 
 def _cap_history(st: UserState, user: np.ndarray, k: np.ndarray, cap: int) -> np.ndarray:

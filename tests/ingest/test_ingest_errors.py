@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
-from helm_plan_cli.main import app
-from typer.testing import CliRunner
 
 from helm_plan.errors import ConfigError, HelmPlanError, IngestError, InputFileError
 from helm_plan.ingest import IngestConfig, ingest_to_file, parse_column_map
@@ -215,87 +212,3 @@ def test_bad_arrivals_file(tmp_path: Path) -> None:
     with pytest.raises(IngestError, match=r"arr\.csv line 3: unparseable TIMESTAMP 'not a time'"):
         ingest_to_file(src, out, IngestConfig("movielens", arrivals=bad, qps=10.0))
     assert not out.exists()
-
-
-# --- CLI -------------------------------------------------------------------------------
-
-runner = CliRunner()
-
-
-def _one_error_line(r) -> str:
-    assert r.exit_code != 0
-    text = r.stderr + r.stdout
-    assert "Traceback" not in text
-    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    return lines[0]
-
-
-@pytest.mark.parametrize(
-    ("kind", "name", "content", "args", "msg"),
-    [
-        ("movielens", "u.data", UDATA + "5\t7\n", [], "line 5: truncated line"),
-        ("taobao", "ub.csv", TAOBAO.replace(",", "\t"), [], "line 1: wrong delimiter"),
-        ("taobao", "ub.csv", TAOBAO + "abc,1,1,pv,1\n", [], "line 4: non-numeric user id 'abc'"),
-        ("movielens", "e.dat", "", [], "is empty"),
-        (
-            "imdb",
-            "u.data",
-            UDATA,
-            [],
-            "unknown kind 'imdb'; use one of movielens, amazon, taobao, mooncake, csv",
-        ),
-        (
-            "movielens",
-            "u.data",
-            UDATA,
-            ["--session-gap-s", "-3"],
-            "session_gap_s must be positive, got -3.0",
-        ),
-        ("csv", "log.csv", "a,b\n1,2\n", ["--map", "user=a"], "csv kind needs a column map"),
-    ],
-)
-def test_cli_errors(
-    tmp_path: Path, kind: str, name: str, content: str, args: list[str], msg: str
-) -> None:
-    src = _write(tmp_path, name, content)
-    out = tmp_path / "t.parquet"
-    r = runner.invoke(app, ["ingest", kind, str(src), "-o", str(out), *args])
-    assert msg in _one_error_line(r)
-    assert not out.exists()
-
-
-def test_cli_missing_file(tmp_path: Path) -> None:
-    r = runner.invoke(
-        app, ["ingest", "movielens", str(tmp_path / "none.dat"), "-o", str(tmp_path / "t.parquet")]
-    )
-    assert "not found" in _one_error_line(r)
-
-
-def test_cli_success_table_and_json(tmp_path: Path) -> None:
-    src = _write(tmp_path, "ub.csv", TAOBAO)
-    out = tmp_path / "t.parquet"
-    r = runner.invoke(
-        app, ["ingest", "taobao", str(src), "-o", str(out), "--behaviors", "pv", "--qps", "10"]
-    )
-    assert r.exit_code == 0, r.output
-    for key in (
-        "rows read",
-        "rows dropped",
-        "requests",
-        "users",
-        "items",
-        "behavior 'buy' not kept",
-    ):
-        assert key in r.stdout
-    r = runner.invoke(
-        app, ["ingest", "taobao", str(src), "-o", str(out), "--json", "--candidates", "64"]
-    )
-    assert r.exit_code == 0, r.output
-    rep = json.loads(r.stdout)
-    assert (
-        rep["rows_read"] == 3
-        and rep["requests"] == 3
-        and rep["users"] == 2
-        and rep["out"] == str(out)
-    )

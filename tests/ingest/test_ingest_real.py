@@ -213,7 +213,11 @@ def test_ingest_with_azure_arrivals(datasets: Path) -> None:
     table, report = ingest(datasets / "movielens-100k.inter.tsv", cfg)
     plain, _ = ingest(datasets / "movielens-100k.inter.tsv", IngestConfig("movielens"))
     assert trace_requests(table) == trace_requests(plain)  # order unchanged, only times
-    assert "azure" in report.timing
+    assert "azure" in report.timing and "(seed 0)" in report.timing
+    # --qps is the mean rate of the written trace, bursts and idle gaps included
+    ts = table.column("ts_s").to_numpy()
+    assert abs(len(ts) / (ts[-1] - ts[0]) / 50.0 - 1) < 0.02
+    assert abs(report.qps / 50.0 - 1) < 0.02
 
 
 def servegen_rates(folder: Path) -> tuple[np.ndarray, np.ndarray]:

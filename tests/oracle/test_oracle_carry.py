@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from brute import coeff_latency
 from conftest import small_table
 
 from helm_plan import arrays as A
 from helm_plan.errors import ConfigError
-from helm_plan.latency.model import build_latency_model, resolve_latency
 from helm_plan.oracle import OracleConfig, label_windows
 from helm_plan.oracle.labels import grid_suffix
 from helm_plan.profiles import load_gpu, load_model
@@ -19,8 +19,7 @@ from helm_plan.sim import NodeConfig, prepare_context, simulate_node
 def ctx():
     t = small_table(2400, n_users=150, n_items=4000, max_new=10, n_candidates=24, rate_qps=40.0)
     g, m = load_gpu("a100-80g"), load_model("gr-small")
-    lat = build_latency_model(g, m, resolve_latency(g, m, None))
-    return prepare_context(A.from_table(t), g, m, lat, pool_fraction=0.15)
+    return prepare_context(A.from_table(t), g, m, coeff_latency(), pool_fraction=0.15)
 
 
 def test_carry_labels_equal_simulate_node_on_the_schedule(ctx):
@@ -38,6 +37,10 @@ def test_carry_labels_equal_simulate_node_on_the_schedule(ctx):
             want = res.windows["p99_ms"][w]
             got = lab.table[f"p99_ms_{grid_suffix(r)}"][w]
             assert got == pytest.approx(want, rel=1e-12), (w, r)
+    # the oracle's own run on its schedule is simulate_node with lazy refill on it
+    run = simulate_node(ctx, r_star, ncfg)
+    np.testing.assert_array_equal(lab.schedule_run.sojourn_s, run.sojourn_s)
+    assert lab.schedule_run.p99_ms == run.p99_ms
     # r* is the grid argmin of the carried P99 in every window
     grid = [0.0, 0.25, 0.5, 0.75, 1.0]
     p99 = np.stack([lab.table[f"p99_ms_{grid_suffix(r)}"].to_numpy() for r in grid], axis=1)

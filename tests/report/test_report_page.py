@@ -57,7 +57,8 @@ def test_summary_numbers_come_from_the_tables():
     for p in s["policies"]:
         assert p["p99_ms"] == pol[p["name"]]["p99_ms"]
         assert p["mean_ratio"] == pol[p["name"]]["mean_ratio"]
-    assert s["best_static"] == {"ratio": 0.5, "p99_ms": 12.0, "slo_attainment": 0.97}
+    assert s["best_static"] == {"ratio": 0.5, "robust_ratio": 0.6, "flat_lo": 0.4,
+                                "flat_hi": 0.8, "p99_ms": 12.0, "slo_attainment": 0.97}  # fmt: skip
     lab = run.tables["labels"]
     assert s["oracle"]["ratio_min"] == lab["r_star"].min()
     assert s["oracle"]["ratio_max"] == lab["r_star"].max()

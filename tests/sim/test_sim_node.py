@@ -1,97 +1,120 @@
-"""Node simulator: agrees with the cache core, the service formula, refill modes by hand."""
+"""The node simulator against the brute-force node of DESIGN.md (tests/brute.py), and by hand."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from brute import BruteNodeConfig, C, coeff_latency, simulate
 from conftest import small_table
 
 from helm_plan import arrays as A
 from helm_plan import trace
-from helm_plan.cache import core
 from helm_plan.errors import ConfigError
-from helm_plan.latency.model import build_latency_model, resolve_latency
-from helm_plan.profiles import load_gpu, load_model
+from helm_plan.profiles import EmbTable, load_gpu, load_model
 from helm_plan.sim import NodeConfig, evaluate_span, prepare_context, simulate_node
-from helm_plan.sim.queue import fifo
+from helm_plan.sim.refill import Throttled
 
 GPU = load_gpu("a100-80g")
-SMALL = load_model("gr-small")
-LAT = build_latency_model(GPU, SMALL, resolve_latency(GPU, SMALL, None))
 
 
-def _ctx(table, **pool):
-    return prepare_context(A.from_table(table), GPU, SMALL, LAT, **pool)
+LAT = coeff_latency()
 
 
-def _formula(n, L, M, look, miss, share=1.0):
-    """DESIGN.md's service time, written out independently of LatencyModel."""
-    per_miss = LAT.host_gather_s + LAT.row_bytes / (LAT.h2d_bw_Bps * share)
-    return (
-        LAT.t0_s
-        + look * LAT.row_bytes / LAT.hbm_bw_Bps
-        + (miss > 0) * LAT.h2d_latency_s
-        + miss * per_miss
-        + LAT.prefill_a_s * n
-        + LAT.prefill_b_s * n * L
-        + LAT.score_c_s * M
-        + LAT.score_d_s * M * L
+def _model(chunk: int = 4, multi: bool = True):
+    base = load_model("gr-small")
+    tables = (
+        EmbTable("item", dim=64, dtype_bytes=4),
+        EmbTable("cat", dim=32, dtype_bytes=4, rows=50, key="hash"),
+        EmbTable("seller", dim=16, dtype_bytes=4, rows=300, key="hash", per_candidate=0),
+    )
+    import dataclasses
+
+    return dataclasses.replace(
+        base, tables=tables if multi else tables[:1], max_seq_len=24, kv_slide_chunk=chunk
     )
 
 
-def test_lazy_hit_counts_equal_core_replay_with_resizes():
-    table = small_table(1500, n_users=60, n_items=300, rate_qps=100, seed=4)
-    ctx = _ctx(table, pool_fraction=0.2)
-    cfg = NodeConfig(window_s=2.0, refill="lazy")
-    n_w = ctx.n_windows(2.0)
-    ratios = np.round(np.random.default_rng(0).uniform(0, 1, n_w), 2)
-    res = simulate_node(ctx, ratios, cfg)
-    a = ctx.arrays
-    edges = A.window_edges(a.ts_s, 2.0)
-    st = core.new_state(a, ratios[0], ctx.pool_bytes, SMALL)
-    miss, comp = [], []
-    for w in range(n_w):
-        st.resize(*core.capacities(ratios[w], ctx.pool_bytes, SMALL))
-        r = core.replay(a, st, edges[w], edges[w + 1], max_seq_len=SMALL.max_seq_len)
-        miss.append(r.n_miss)
-        comp.append(r.n_computed)
-    np.testing.assert_array_equal(res.n_miss, np.concatenate(miss))
-    np.testing.assert_array_equal(res.n_computed, np.concatenate(comp))
-    assert res.prefetch_bytes == 0 and res.blocked_s == 0
-    assert res.windows["prefetch_bytes"].sum() == 0
+def _ctx(table, model, pool_bytes):
+    return prepare_context(A.from_table(table), GPU, model, LAT, pool_bytes=pool_bytes)
 
 
-def test_eager_hit_counts_equal_core_replay_with_independent_prefetch():
-    table = small_table(1500, n_users=60, n_items=300, rate_qps=100, seed=5)
-    ctx = _ctx(table, pool_fraction=0.2)
-    cfg = NodeConfig(window_s=2.0, refill="eager")
-    n_w = ctx.n_windows(2.0)
-    ratios = np.where(np.arange(n_w) % 2 == 0, 0.1, 0.8)
+CASES = [
+    # (refill, batch_max, timeout_ms, batching, slots)
+    ("lazy", 1, 0.0, "static", 1),
+    ("eager", 1, 0.0, "static", 1),
+    ("throttled", 1, 0.0, "static", 2),
+    ("throttled", 4, 3.0, "static", 1),
+    ("eager", 8, 0.0, "continuous", 2),
+    ("lazy", 3, 50.0, "static", 3),
+]
+
+
+@pytest.mark.parametrize(("refill", "bmax", "timeout_ms", "batching", "slots"), CASES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_node_equals_the_brute_force_node(refill, bmax, timeout_ms, batching, slots, seed):
+    table = small_table(260, n_users=25, n_items=90, max_new=5, n_candidates=4,
+                        rate_qps=120.0, seed=seed)  # fmt: skip
+    m = _model(chunk=1 + seed % 4)
+    pool = 9000 + 700 * seed
+    ctx = _ctx(table, m, pool)
+    ws = 0.4
+    n_w = ctx.n_windows(ws)
+    # up and down moves of the split, different per seed
+    ratios = np.resize(np.roll([0.05, 0.95, 0.3, 0.6, 0.1], seed), n_w)
+    cfg = NodeConfig(window_s=ws, refill=refill, batch_max=bmax, batch_timeout_ms=timeout_ms,
+                     batching=batching, slots=slots, throttle_share=0.4)  # fmt: skip
     res = simulate_node(ctx, ratios, cfg)
-    a = ctx.arrays
-    edges = A.window_edges(a.ts_s, 2.0)
-    st = core.new_state(a, ratios[0], ctx.pool_bytes, SMALL)
-    miss, counts, pf_total = [], None, 0
-    for w in range(n_w):
-        old = st.emb_capacity_rows
-        emb, kv = core.capacities(ratios[w], ctx.pool_bytes, SMALL)
-        st.resize(emb, kv)
-        rows = None
-        if w > 0 and emb > old:
-            free = emb - st.emb_rows_used
-            # hottest non-resident by last window's counts, ties by id: a Python sort
-            cand = [(-int(c), i) for i, c in enumerate(counts) if c > 0 and not st.emb_resident[i]]
-            rows = np.array([i for _, i in sorted(cand)[:free]], np.int32)
-            pf_total += len(rows)
-        r = core.replay(
-            a, st, edges[w], edges[w + 1], max_seq_len=SMALL.max_seq_len,
-            prefetch_rows=rows, prefetch_ready_s=None if rows is None else np.full(len(rows), w * 2.0),
-            count_lookups=True,
-        )  # fmt: skip
-        counts = r.lookup_counts
-        miss.append(r.n_miss)
-    np.testing.assert_array_equal(res.n_miss, np.concatenate(miss))
-    assert int(res.windows["prefetch_bytes"].sum()) == pf_total * SMALL.row_bytes > 0
+    ref = simulate(table, m, ctx.pool_bytes, C,
+                   BruteNodeConfig(ws, slots, bmax, timeout_ms / 1e3, batching, refill, 0.4),
+                   ratios.tolist())  # fmt: skip
+    out = np.array(ref.outcomes, np.int64)
+    np.testing.assert_array_equal(res.n_computed, out[:, 0])
+    np.testing.assert_array_equal(res.lookup_bytes, out[:, 4])
+    np.testing.assert_array_equal(res.miss_bytes, out[:, 5])
+    np.testing.assert_array_equal(res.n_miss, out[:, 6])
+    np.testing.assert_allclose(res.service_s, ref.service, rtol=1e-9)
+    np.testing.assert_allclose(res.sojourn_s, ref.sojourn, rtol=1e-9, atol=1e-12)
+    w = res.windows
+    assert w["h2d_bytes"].to_list() == ref.h2d_bytes
+    assert w["prefetch_bytes"].to_list() == ref.prefetch_bytes
+    np.testing.assert_allclose(w["blocked_ms"].to_numpy(), np.array(ref.blocked) * 1e3, rtol=1e-12)
+    if refill != "lazy":
+        assert sum(ref.prefetch_bytes) > 0  # the case really exercises the copy
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_copies_cut_by_the_next_ratio_change_equal_the_brute_force(seed, monkeypatch):
+    """A link so slow that a throttled copy outlives its window and the next change cancels it:
+    landed bytes, the demand-miss share interval and where it ends all match the reference."""
+    slow = dict(C, h2d_bw_Bps=1e5, host_gather_Bps=2e6)
+    table = small_table(300, n_users=25, n_items=120, max_new=5, n_candidates=4,
+                        rate_qps=150.0, seed=seed)  # fmt: skip
+    m = _model(chunk=2)
+    ctx = prepare_context(A.from_table(table), GPU, m, coeff_latency(slow), pool_bytes=12_000)
+    ws = 0.25
+    ratios = np.resize([0.05, 0.95, 0.6, 0.95, 0.05, 0.9], ctx.n_windows(ws))
+    planned = []
+    orig = Throttled.plan
+
+    def spy(self, keys, key_bytes, *args):
+        planned.append(int(np.sum(key_bytes)))
+        return orig(self, keys, key_bytes, *args)
+
+    monkeypatch.setattr(Throttled, "plan", spy)
+    for refill, bmax in (("throttled", 1), ("throttled", 3), ("eager", 2)):
+        cfg = NodeConfig(window_s=ws, refill=refill, throttle_share=0.25, batch_max=bmax,
+                         batch_timeout_ms=1.0)  # fmt: skip
+        res = simulate_node(ctx, ratios, cfg)
+        ref = simulate(table, m, ctx.pool_bytes, slow,
+                       BruteNodeConfig(ws, 1, bmax, 1e-3, "static", refill, 0.25),
+                       ratios.tolist())  # fmt: skip
+        np.testing.assert_allclose(res.sojourn_s, ref.sojourn, rtol=1e-9, atol=1e-12)
+        assert res.windows["prefetch_bytes"].to_list() == ref.prefetch_bytes
+        assert res.windows["h2d_bytes"].to_list() == ref.h2d_bytes
+        if refill == "throttled":
+            # the copies really were cut: fewer bytes landed than the plans would copy
+            assert 0 < sum(ref.prefetch_bytes) < sum(planned)
+            planned.clear()
 
 
 def _tiny_table():
@@ -113,103 +136,65 @@ def _tiny_table():
     [("lazy", 4, 0, False), ("eager", 1, 5, True), ("throttled", 1, 5, False)],
 )
 def test_h2d_accounting_by_hand(mode, c_miss, pf_rows, blocked):
-    # pool = 10 rows = 10 KV tokens (gr-small: row_bytes = kv_bytes_per_token = 4096).
+    # One 100-byte table; pool 1000 B = 10 rows = 10 KV tokens (kv_bytes_per_token 100).
     # Window 0 at r=0: no EMB, every lookup misses: A 4 ([1,2,3,4]), B 3 ([1,3,5]) -> 7 misses.
-    #   lookup counts: item1 2, item3 2, item2 1, item4 1, item5 1.
+    #   lookup counts: item1 2, item3 2, item2 1, item4 1, item5 1 (halved at the boundary).
     # Window 1 at r=1: KV shrinks to 0 (user 0's prefix is lost), EMB grows to 10 free rows.
-    #   eager/throttled prefetch the 5 counted rows; C looks up [1,2,6] + [3,1]:
-    #   with the prefetch only 6 misses (1 miss); lazy misses 1,2,6,3 (4 misses).
-    rb = SMALL.row_bytes
-    assert rb == SMALL.kv_bytes_per_token == 4096
-    ctx = _ctx(_tiny_table(), pool_bytes=10 * rb)
+    #   eager/throttled copy the 5 counted rows; C looks up [1,2,6] + [3,1]:
+    #   with the copy only 6 misses (1 miss); lazy misses 1,2,6,3 (4 misses).
+    import dataclasses
+
+    m = dataclasses.replace(_model(multi=False), tables=(EmbTable("item", dim=25, dtype_bytes=4),),
+                            layers=1, d_model=25, kv_dtype_bytes=2, max_seq_len=2048)  # fmt: skip
+    rb = 100
+    assert m.kv_bytes_per_token == rb
+    ctx = _ctx(_tiny_table(), m, 10 * rb)
     res = simulate_node(ctx, np.array([0.0, 1.0]), NodeConfig(window_s=1.0, refill=mode))
     np.testing.assert_array_equal(res.n_miss, [4, 3, c_miss])
     np.testing.assert_array_equal(res.n_computed, [2, 1, 3])
     w = res.windows
     assert w["h2d_bytes"].to_list() == [7 * rb, (c_miss + pf_rows) * rb]
     assert w["prefetch_bytes"].to_list() == [0, pf_rows * rb]
-    block = LAT.h2d_latency_s + 5 * (LAT.host_gather_s + rb / LAT.h2d_bw_Bps)
+    block = C["h2d_latency_s"] + 5 * rb / C["h2d_bw_Bps"] + 5 * rb / C["host_gather_Bps"]
     assert res.blocked_s == pytest.approx(block if blocked else 0.0)
-    want_c = _formula(3, 3, 2, 5, c_miss)
-    assert res.service_s[2] == pytest.approx(want_c)
-    # C arrives at 1.2 s, long after the block ends (1.0 + ~13 us): no wait either way
-    assert res.sojourn_s[2] == pytest.approx(want_c)
-
-
-def test_service_times_follow_the_formula():
-    table = small_table(800, seed=2)
-    ctx = _ctx(table, pool_fraction=0.3)
-    res = simulate_node(ctx, np.array([0.4]), NodeConfig(window_s=100.0))
-    a = ctx.arrays
-    look = res.n_computed + np.diff(a.cand_offsets)
-    want = _formula(res.n_computed, ctx.ctx_len, np.diff(a.cand_offsets), look, res.n_miss)
-    np.testing.assert_allclose(res.service_s, want, rtol=1e-12)
-    # and the sojourn times are a FIFO over them (independent Python loop)
-    free, soj = 0.0, []
-    for t, s in zip(a.ts_s, want, strict=True):
-        free = max(free, t) + s
-        soj.append(free - t)
-    np.testing.assert_allclose(res.sojourn_s, soj, rtol=1e-9)
-
-
-def _burst_ctx():
-    # High load, many distinct rows: an EMB increase makes eager copy thousands of rows.
-    table = small_table(
-        8000, n_users=1000, n_items=60_000, max_new=20, n_candidates=64, rate_qps=1000, seed=9
-    )
-    return _ctx(table, pool_fraction=0.5)
-
-
-def test_eager_blocks_and_throttled_does_not():
-    ctx = _burst_ctx()
-    n_w = ctx.n_windows(1.0)
-    ratios = np.where(np.arange(n_w) < n_w // 2, 0.05, 0.9)
-    w_up = n_w // 2
-    out = {
-        m: simulate_node(ctx, ratios, NodeConfig(window_s=1.0, refill=m))
-        for m in ("lazy", "eager", "throttled")
-    }
-    p99 = {m: r.windows["p99_ms"].to_numpy() for m, r in out.items()}
-    blk = out["eager"].windows["blocked_ms"].to_numpy()
-    assert blk[w_up] > 5.0 and blk.sum() == blk[w_up]
-    assert out["throttled"].blocked_s == 0 and out["lazy"].blocked_s == 0
-    assert out["lazy"].prefetch_bytes == 0
-    assert out["throttled"].windows["prefetch_bytes"][w_up] > 0
-    # the spike: P99 right after the increase is several times throttled's and the steady level
-    assert p99["eager"][w_up] > 3 * p99["throttled"][w_up]
-    assert p99["eager"][w_up] > 3 * np.median(p99["eager"][w_up + 1 :])
-    np.testing.assert_allclose(p99["eager"][:w_up], p99["throttled"][:w_up])
+    # C: n=3, L=3, M=2, 5 lookups of 100 B; misses c_miss rows; it arrives long after any copy
+    X, P = 3 + 2, 3 * 3 - 3 * 2 / 2 + 2 * 3
+    want = (C["t_launch_s"] + C["t_request_s"]
+            + max(C["weight_read_s"], C["dense_s_per_token"] * (X + C["mfu_half_tokens"])
+                  + C["attn_s_per_pair"] * P)
+            + 500 / C["hbm_bw_Bps"] + C["h2d_latency_s"]
+            + c_miss * rb / C["h2d_bw_Bps"] + c_miss * rb / C["host_gather_Bps"])  # fmt: skip
+    assert res.service_s[2] == pytest.approx(want, rel=1e-12)
+    assert res.sojourn_s[2] == pytest.approx(want, rel=1e-12)
 
 
 def test_evaluate_span_equals_static_simulation():
     table = small_table(1200, seed=6, rate_qps=100)
-    ctx = _ctx(table, pool_fraction=0.25)
-    cfg = NodeConfig(window_s=3.0)
+    m = _model()
+    ctx = _ctx(table, m, 40_000)
+    cfg = NodeConfig(window_s=3.0, batch_max=4, batch_timeout_ms=5.0)
     res = simulate_node(ctx, np.array([0.35]), cfg)
     edges = ctx.edges(3.0)
     ev = evaluate_span(ctx, 0.35, 0, int(edges[1]), int(edges[2]), cfg)
-    assert ev.p99_ms == pytest.approx(res.windows["p99_ms"][1])
-    assert ev.emb_hit_rate == pytest.approx(res.windows["emb_hit_rate"][1])
-    # cold start at the window itself: queue and caches from scratch
-    ev0 = evaluate_span(ctx, 0.35, int(edges[1]), int(edges[1]), int(edges[2]), cfg)
-    s, e = int(edges[1]), int(edges[2])
-    st = core.new_state(ctx.arrays, 0.35, ctx.pool_bytes, SMALL)
-    r = core.replay(ctx.arrays, st, s, e, max_seq_len=SMALL.max_seq_len)
-    svc = _formula(
-        r.n_computed, r.ctx_len, np.diff(ctx.arrays.cand_offsets)[s:e], r.n_lookup, r.n_miss
-    )
-    q = fifo(ctx.arrays.ts_s[s:e], svc, 1)
-    assert ev0.p99_ms == pytest.approx(np.percentile(q.sojourn_s, 99) * 1e3)
+    # a cold start at request 0 that measures window 1 is window 1 of a static run
+    assert ev.p99_ms == pytest.approx(res.windows["p99_ms"][1], rel=1e-12)
+    assert ev.emb_hit_rate == pytest.approx(res.windows["emb_hit_rate"][1], rel=1e-12)
 
 
 def test_config_and_input_errors():
     with pytest.raises(ConfigError, match="slots must be a positive integer, got 0"):
         NodeConfig(slots=0)
+    with pytest.raises(ConfigError, match="batch_max must be a positive integer, got 0"):
+        NodeConfig(batch_max=0)
+    with pytest.raises(ConfigError, match="unknown batching 'dynamic'"):
+        NodeConfig(batching="dynamic")
+    with pytest.raises(ConfigError, match="batch_timeout_ms must be finite and >= 0"):
+        NodeConfig(batch_timeout_ms=-1.0)
     with pytest.raises(ConfigError, match="unknown refill mode 'fast'"):
         NodeConfig(refill="fast")
     with pytest.raises(ConfigError, match=r"throttle_share must be in \(0, 1\), got 1.5"):
         NodeConfig(throttle_share=1.5)
-    ctx = _ctx(small_table(200), pool_fraction=0.3)
+    ctx = _ctx(small_table(200), _model(), 20_000)
     with pytest.raises(ConfigError, match="ratios_per_window has 3 entries but the trace has"):
         simulate_node(ctx, np.array([0.1, 0.2, 0.3]), NodeConfig(window_s=1.0))
     with pytest.raises(ConfigError, match=r"ratio must be in \[0, 1\], got 1.5"):
@@ -217,6 +202,6 @@ def test_config_and_input_errors():
 
 
 def test_pool_note_when_footprint_fits():
-    ctx = _ctx(small_table(200))
+    ctx = prepare_context(A.from_table(small_table(200)), GPU, _model(), LAT)
     assert ctx.notes and "fits" in ctx.notes[0]
-    assert _ctx(small_table(200), pool_fraction=0.5).notes == ()
+    assert _ctx(small_table(200), _model(), 20_000).notes == ()

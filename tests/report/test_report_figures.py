@@ -1,0 +1,78 @@
+"""Report figures and formatting: SLO label on a log axis, percent ticks, units, shares."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+from fake_run import make_run
+
+from helm_plan.report import figures
+from helm_plan.report.html import human_bytes, pct_text, render
+
+
+def test_slo_label_on_the_log_axis_sits_at_log10_of_the_slo():
+    run = make_run()
+    slo = float(run.meta["slo_ms"])
+    fig = figures.policy_p99(run)
+    assert fig.layout.yaxis.type == "log"
+    (shape,) = fig.layout.shapes
+    assert shape.y0 == shape.y1 == slo  # shapes use data units
+    (label,) = [a for a in fig.layout.annotations if a.text.startswith("SLO")]
+    # annotations on a log axis use log10 units (data units would put it at 10^slo)
+    assert label.y == math.log10(slo) and label.text == f"SLO {slo:g} ms"
+
+
+def test_slo_label_on_a_linear_axis_uses_data_units():
+    base = make_run()
+    sweep = pl.DataFrame({"ratio": [0.0, 0.5, 1.0], "p99_ms": [3.0, 1.0, 2.0]})
+    run = type(base)(tables={**base.tables, "static_sweep": sweep}, meta=base.meta)
+    fig = figures.static_sweep(run)
+    (label,) = [a for a in fig.layout.annotations if a.text.startswith("SLO")]
+    assert label.y == float(run.meta["slo_ms"])
+    assert "ms" in fig.data[0].hovertemplate and "r =" in fig.data[0].hovertemplate
+
+
+def test_percent_ticks_keep_half_percents():
+    fig = figures.adaptivity(make_run())
+    assert fig.layout.yaxis.tickformat == figures.PCT_TICKS == ".2~%"
+
+
+def test_service_time_bars_leave_queue_wait_out():
+    run = make_run()
+    terms = run.table("latency_terms")
+    fig = figures.latency_terms(run)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert figures.QUEUE_TERM not in {t.name for t in bars}
+    # the stacked bar of a policy is the sum of the service terms only
+    p = terms["policy"][0]
+    want = terms.filter((pl.col("policy") == p) & (pl.col("term") != figures.QUEUE_TERM))[
+        "mean_ms"
+    ].sum()
+    got = sum(t.y[list(t.x).index(p)] for t in bars)
+    assert math.isclose(got, want, rel_tol=1e-12)
+    if (terms["term"] == figures.QUEUE_TERM).any():
+        (wait,) = [t for t in fig.data if t.type == "scatter"]
+        assert "not service" in wait.name
+
+
+def test_shares_never_round_to_a_whole_hundred():
+    assert pct_text(0.9998) == "99.98%"
+    assert pct_text(0.99999) == "99.999%"
+    assert pct_text(1.0) == "100.0%" and pct_text(0.0) == "0.0%"
+    assert pct_text(0.0004) == "0.04%"
+    assert pct_text(0.5) == "50.0%"
+
+
+def test_workload_table_has_labels_and_human_bytes():
+    assert human_bytes(3 * 2**30) == "3 GiB" and human_bytes(1536 * 2**10) == "1.5 MiB"
+    assert human_bytes(512) == "512 B"
+    run = make_run()
+    stats = pl.DataFrame(
+        {"name": ["mean_qps", "emb_footprint_bytes"], "value": [12.5, 3.0 * 2**30],
+         "text": [None, None]},
+        schema={"name": pl.String, "value": pl.Float64, "text": pl.String},
+    )  # fmt: skip
+    page = render(type(run)(tables={**run.tables, "stats": stats}, meta=run.meta))
+    assert "mean arrival rate (req/s)" in page and "EMB footprint" in page
+    assert "3 GiB" in page and "emb_footprint_bytes" not in page

@@ -1,0 +1,53 @@
+"""Output guards: never write over an input (symlinks and hard links too), fail before work."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from helm_plan import io
+from helm_plan.errors import InputFileError
+
+
+def test_output_equal_to_an_input_is_refused_through_links(tmp_path: Path):
+    src = tmp_path / "t.parquet"
+    src.write_bytes(b"data")
+    link = tmp_path / "link.parquet"
+    link.symlink_to(src)
+    hard = tmp_path / "hard.parquet"
+    os.link(src, hard)
+    for out, inp in [
+        (src, src),
+        (link, src),
+        (src, link),
+        (hard, src),
+        (tmp_path / "." / src.name, src),
+    ]:
+        with pytest.raises(InputFileError, match="is the input file") as ei:
+            io.ensure_not_input(out, inp)
+        assert "never overwrites its inputs" in ei.value.hint
+    io.ensure_not_input(tmp_path / "other.parquet", src, None, "a100-80g")  # distinct: fine
+    io.ensure_not_input(None, src)
+    assert src.read_bytes() == b"data"
+
+
+def test_outputs_must_differ_and_be_writable(tmp_path: Path):
+    with pytest.raises(InputFileError, match="two outputs of this command are the same file"):
+        io.ensure_distinct_outputs(tmp_path / "a", tmp_path / "b", tmp_path / "./a")
+    with pytest.raises(InputFileError, match="is a folder"):
+        io.check_output(tmp_path)
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(InputFileError, match="is a file, not a folder"):
+        io.check_output(f / "out.parquet")
+    io.check_output(tmp_path / "new" / "deeper" / "out.parquet")  # folders are created later
+
+
+def test_atomic_write_to_a_folder_is_one_error_and_leaves_nothing(tmp_path: Path):
+    d = tmp_path / "d"
+    d.mkdir()
+    with pytest.raises(InputFileError, match="is a folder"):
+        io.write_text(d, "x")
+    assert list(d.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["d"]
