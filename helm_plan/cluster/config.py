@@ -1,0 +1,32 @@
+"""How a cluster is simulated: node count, router, the node config every node shares, seed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from helm_plan.cluster.routers import get_router
+from helm_plan.config import require_int
+from helm_plan.sim.config import NodeConfig
+
+DEFAULT_NODES = 32
+"""Default fleet size (DESIGN.md, Cluster and routing)."""
+DEFAULT_ROUTER = "helm"
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """How a cluster is simulated."""
+
+    nodes: int = DEFAULT_NODES
+    """GPU nodes, each with its own caches, queue, refill and policy."""
+    router: str = DEFAULT_ROUTER
+    """Router name (see helm_plan.cluster.routers)."""
+    node: NodeConfig = field(default_factory=NodeConfig)
+    """How every node is simulated (SLO, window, slots, batching, refill, warm-up)."""
+    seed: int = 0
+    """Seed of the routers' random choices (candidate draws are seeded by the trace arrays)."""
+
+    def __post_init__(self) -> None:
+        require_int("nodes", self.nodes, 1)
+        require_int("seed", self.seed, 0)
+        get_router(self.router)  # a precise error for an unknown name

@@ -1,0 +1,163 @@
+"""Router properties: bounded-load affinity, KV-home routing, and no look-ahead for every router."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from cluster_fixtures import coeff_latency, context, small_model
+from conftest import small_table
+
+from helm_plan import trace
+from helm_plan.cluster import ROUTERS, ClusterConfig, simulate_cluster
+from helm_plan.cluster import _route as R
+from helm_plan.cluster.routers import Affinity, build_ring, get_router
+from helm_plan.errors import ConfigError
+from helm_plan.sim import NodeConfig
+
+EPS = Affinity.eps
+
+
+def _route_affinity(load_cnt, nodes, user, seed=7):
+    """Route ``user`` with the given outstanding counts over the ring of ``nodes``."""
+    ring_h, ring_n = build_ring(np.asarray(nodes), Affinity.vnodes, seed)
+    load = np.zeros((len(load_cnt), R.N_LOAD), np.int64)
+    load[:, R.CNT] = load_cnt
+    return int(R.bounded_affinity(load, ring_h, ring_n, float(len(nodes)), EPS, seed, user))
+
+
+def _cap(total, n):
+    return math.ceil((1 + EPS) * (total + 1) / n)
+
+
+def test_affinity_keeps_users_home_and_within_the_bound():
+    rng = np.random.default_rng(0)
+    n_nodes = 8
+    nodes = list(range(n_nodes))
+    home = {u: _route_affinity(np.zeros(n_nodes), nodes, u) for u in range(2000)}
+    # every node owns a fair share of users (64 virtual points each)
+    share = np.bincount(list(home.values()), minlength=n_nodes) / len(home)
+    assert share.min() > 0.5 / n_nodes and share.max() < 1.6 / n_nodes
+    for _ in range(3000):
+        load = rng.integers(0, 20, n_nodes)
+        u = int(rng.integers(0, 2000))
+        n = _route_affinity(load, nodes, u)
+        cap = _cap(int(load.sum()), n_nodes)
+        assert load[n] + 1 <= cap  # the bound holds after the assignment
+        if load[home[u]] + 1 <= cap:
+            assert n == home[u]  # within the bound a user stays home
+
+
+@pytest.mark.parametrize("change", ["remove", "add"])
+def test_affinity_after_a_node_is_added_or_removed(change):
+    rng = np.random.default_rng(1)
+    before = list(range(6))
+    after = [n for n in before if n != 2] if change == "remove" else [*before, 6]
+    home_b = {u: _route_affinity(np.zeros(7), before, u) for u in range(3000)}
+    home_a = {u: _route_affinity(np.zeros(7), after, u) for u in range(3000)}
+    moved = [u for u in home_b if home_a[u] != home_b[u]]
+    if change == "remove":  # only the removed node's users move
+        assert all(home_b[u] == 2 for u in moved)
+        assert len(moved) == sum(h == 2 for h in home_b.values())
+    else:  # only users the new node takes move (about 1/7 of them)
+        assert all(home_a[u] == 6 for u in moved)
+        assert 0.08 < len(moved) / 3000 < 0.22
+    for _ in range(2000):  # and the load bound holds on the new node set
+        load = np.zeros(7, np.int64)
+        load[after] = rng.integers(0, 15, len(after))
+        n = _route_affinity(load, after, int(rng.integers(0, 3000)))
+        assert n in after
+        assert load[n] + 1 <= _cap(int(load.sum()), len(after))
+
+
+def test_affinity_sticks_users_to_a_node_in_a_cluster_run():
+    table = small_table(3000, n_users=200, n_items=300, n_candidates=4, rate_qps=200.0, seed=2)
+    ctx = context(table, small_model(multi=False), 50_000)
+    res = simulate_cluster(ctx, 0.5, ClusterConfig(nodes=6, router="affinity",
+                                                   node=NodeConfig(window_s=1.0)))  # fmt: skip
+    u = ctx.arrays.user
+    stay = []
+    for user in np.unique(u):
+        nd = res.node[u == user]
+        stay.append(np.bincount(nd).max() / len(nd))
+    assert np.mean(stay) > 0.97  # light load: the bound hardly ever binds
+
+
+def _two_visit_table(n_users=60, h0=40, seed=3):
+    """Every user visits twice: a first request with ``h0`` history items, then 2 new items;
+    requests are >= 40 ms apart, so every node is idle when one arrives."""
+    rng = np.random.default_rng(seed)
+    ts, users, counts, vals = [], [], [], []
+    for u in range(n_users):
+        t1 = u * 0.1
+        for t, k in ((t1, h0), (t1 + 0.05 + rng.random() * 0.01, 2)):
+            ts.append(t)
+            users.append(u)
+            counts.append(k)
+            vals.extend(rng.integers(0, 400, k).tolist())
+    order = np.argsort(ts, kind="stable")
+    off = np.concatenate([[0], np.cumsum(counts)])
+    new = [vals[off[i] : off[i + 1]] for i in order]
+    off2 = np.concatenate([[0], np.cumsum([len(x) for x in new])])
+    return trace.make_table(np.array(ts)[order], np.array(users)[order], off2,
+                            np.concatenate(new), np.full(len(order), 4))  # fmt: skip
+
+
+@pytest.mark.parametrize("router", ["kv-overlap", "helm"])
+def test_kv_resident_user_goes_home_and_skips_the_prefill(router):
+    table = _two_visit_table()
+    m = small_model(multi=False, layers=1, d_model=8, max_seq_len=256)
+    # a compute-bound model: the 40-token prefill costs 0.4 ms, against 1 ms of other work
+    lat = coeff_latency(t_launch_s=1e-3, dense_s_per_token=1e-5, hbm_bw_Bps=2e12,
+                        h2d_bw_Bps=2e10, host_gather_Bps=1e10, h2d_latency_s=1e-5)  # fmt: skip
+    ctx = context(table, m, 400_000, latency=lat)
+    cfg = ClusterConfig(nodes=4, router=router, node=NodeConfig(window_s=100.0))
+    res = simulate_cluster(ctx, 0.5, cfg)
+    u = ctx.arrays.user
+    for user in np.unique(u):
+        first, second = np.flatnonzero(u == user)
+        assert res.node[second] == res.node[first]  # routed to its KV home
+        assert res.n_reused[second] == 40 and res.n_computed[second] == 2  # prefill skipped
+    # a KV-blind router sends most second visits elsewhere, recomputing the whole prefix
+    rr = simulate_cluster(ctx, 0.5, ClusterConfig(nodes=4, router="round-robin", node=cfg.node))
+    assert rr.n_computed.sum() > res.n_computed.sum() + 30 * 40
+
+
+def _prefix_then(table, k, other):
+    """The first ``k`` rows of ``table``, then ``other``'s rows moved after them in time."""
+    a, b = table.slice(0, k), other
+    t0 = a.column("ts_s").to_numpy()[-1]
+    ts = b.column("ts_s").to_numpy() + t0 + 1e-3
+    b = b.set_column(b.column_names.index("ts_s"), "ts_s", pa.array(ts))
+    return pa.concat_tables([a, b.select(a.column_names)])
+
+
+@pytest.mark.parametrize("router", sorted(ROUTERS))
+def test_routers_cannot_see_the_future(router):
+    table = small_table(900, n_users=40, n_items=200, n_candidates=6, rate_qps=300.0, seed=4,
+                        with_candidates=False)  # fmt: skip
+    other = small_table(500, n_users=70, n_items=500, n_candidates=9, rate_qps=900.0, seed=5,
+                        with_candidates=False)  # fmt: skip
+    k = 600
+    changed = _prefix_then(table, k, other)
+    m = small_model(layers=1, d_model=8, max_seq_len=64)
+    cfg = ClusterConfig(nodes=4, router=router, node=NodeConfig(window_s=0.7, refill="lazy",
+                                                               batch_max=4, batch_timeout_ms=2.0))  # fmt: skip
+    a = simulate_cluster(context(table, m, 30_000), 0.4, cfg)
+    b = simulate_cluster(context(changed, m, 30_000), 0.4, cfg)
+    np.testing.assert_array_equal(a.node[:k], b.node[:k])
+    np.testing.assert_array_equal(a.n_computed[:k], b.n_computed[:k])
+    np.testing.assert_array_equal(a.miss_bytes[:k], b.miss_bytes[:k])
+    # the later requests really differ (and load-aware routers route them differently)
+    assert not np.array_equal(a.n_computed[k : k + 200], b.n_computed[k : k + 200])
+    if router not in ("round-robin", "random"):
+        assert not np.array_equal(a.node[k : k + 200], b.node[k : k + 200])
+
+
+def test_unknown_router_and_bad_node_count():
+    with pytest.raises(ConfigError, match="unknown router 'fastest'"):
+        get_router("fastest")
+    with pytest.raises(ConfigError, match="nodes must be a positive integer"):
+        ClusterConfig(nodes=0)
