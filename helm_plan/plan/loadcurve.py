@@ -1,0 +1,188 @@
+"""The single-node load curve: P99 and SLO attainment against offered load, per policy.
+
+The MLPerf "server scenario" figure for one GPU: the trace is scaled to each
+offered load (:mod:`helm_plan.plan.scale`), one node serves it under each
+policy, and the largest load that still meets "P99 ≤ SLO and attainment ≥ A"
+is the node's **maximum sustainable QPS** for that policy, found by
+bisection on the scale factor between a passing and a failing load. Each
+point is an independent run mapped over the executor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from helm_plan.arrays import from_table
+from helm_plan.cluster import ClusterConfig
+from helm_plan.cluster.compare import run_point as cluster_point
+from helm_plan.config import require_positive, require_range
+from helm_plan.exec import Executor, Progress, SerialExecutor
+from helm_plan.latency.model import LatencyModel
+from helm_plan.oracle import OracleConfig
+from helm_plan.plan.scale import scale
+from helm_plan.profiles import GpuProfile, LatencyProfile, ModelProfile
+from helm_plan.sim import NodeConfig, prepare_context, simulate_node
+
+
+@dataclass(frozen=True)
+class LoadSetup:
+    """One node and one trace, to be served at scaled loads."""
+
+    table: pa.Table
+    """The canonical trace at its own load."""
+    gpu: GpuProfile
+    """GPU profile."""
+    model: ModelProfile
+    """Model profile."""
+    latency: LatencyModel
+    """Service-time model."""
+    latency_profile: LatencyProfile | None
+    """Its profile (provenance)."""
+    pool_bytes: int
+    """The node's cache pool, bytes (fixed across loads: the GPU does not grow)."""
+    node: NodeConfig
+    """How the node serves."""
+    oracle: OracleConfig
+    """How best static is searched at each load."""
+    scale_by: str = "users"
+    """users or time (see helm_plan.plan.scale)."""
+    attainment: float = 0.99
+    """Share of requests that must meet the SLO."""
+    seed: int = 0
+    """Candidate draws and the fractional clone."""
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """One policy at one offered load."""
+
+    policy: str
+    """Policy spec."""
+    factor: float
+    """Scale factor applied to the trace."""
+    qps: float
+    """Offered mean arrival rate, requests per second."""
+    p99_ms: float
+    """Whole-trace P99 (measured windows), ms."""
+    slo_attainment: float
+    """Share of requests within the SLO."""
+    passes: bool
+    """P99 ≤ SLO and attainment ≥ the target."""
+
+
+def _context(s: LoadSetup, factor: float):
+    t, info = scale(s.table, factor, by=s.scale_by, window_s=s.node.window_s, seed=s.seed)
+    ctx = prepare_context(
+        from_table(t, seed=s.seed), s.gpu, s.model, s.latency, pool_bytes=s.pool_bytes,
+        latency_profile=s.latency_profile,
+    )  # fmt: skip
+    return ctx, info
+
+
+def run_point(shared: LoadSetup, item: tuple[str, float]) -> LoadPoint:
+    """Serve the trace scaled by ``factor`` under ``policy`` on one node.
+
+    The node is a one-node cluster, so ``best-static`` is the fleet search the
+    plan runs at every size (the same answer as a plan with ``--max-nodes 1``);
+    with one node every router sends everything to it.
+    """
+    spec, factor = item
+    s = shared
+    ctx, info = _context(s, factor)
+    cfg = ClusterConfig(nodes=1, router="round-robin", node=s.node, seed=s.seed)
+    ov = cluster_point(ctx, cfg, spec, s.oracle).overall
+    p99, att = float(ov["p99_ms"]), float(ov["slo_attainment"])
+    ok = bool(p99 <= s.node.slo_ms and att >= s.attainment)
+    return LoadPoint(spec, factor, info.qps_after, p99, att, ok)
+
+
+def start_factor(s: LoadSetup, target_utilisation: float = 0.8) -> float:
+    """A first load factor: where one node's busiest window would be ``target_utilisation`` busy.
+
+    Utilisation is measured once at factor 1 with an even split (work per
+    request = service time / batch size, over ``slots`` streams); load scales it
+    about linearly, which is all a starting point needs.
+    """
+    ctx, _ = _context(s, 1.0)
+    res = simulate_node(ctx, 0.5, s.node)
+    work = res.service_s / np.maximum(res.batch_size, 1)
+    per_w = np.bincount(res.window_idx, weights=work)
+    peak = float(per_w.max()) / (s.node.window_s * s.node.slots) if len(per_w) else 0.0
+    return target_utilisation / peak if peak > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class LoadCurve:
+    """P99 and attainment against offered load, and each policy's maximum sustainable QPS."""
+
+    points: pl.DataFrame
+    """policy, factor, qps, p99_ms, slo_attainment, passes (one row per load evaluated)."""
+    max_qps: dict[str, float]
+    """Largest offered QPS that passes, per policy (NaN when even the lowest load fails)."""
+    base_qps: float
+    """The trace's own mean QPS (factor 1)."""
+
+
+def load_curve(
+    setup: LoadSetup,
+    policies: list[str],
+    factors: list[float],
+    *,
+    refine_steps: int = 6,
+    max_widen: int = 10,
+    executor: Executor | None = None,
+    progress: Progress | None = None,
+) -> LoadCurve:
+    """Evaluate ``factors`` for every policy, widen to a pass/fail edge, then bisect it.
+
+    ``max_widen`` bounds the doublings (halvings) that look for a failing
+    (passing) load beyond ``factors``; ``refine_steps`` bisections (geometric
+    midpoints) then narrow each policy's edge.
+    """
+    require_range("attainment", setup.attainment, 0.0, 1.0)
+    for f in factors:
+        require_positive("load factor", f)
+    ex = executor or SerialExecutor()
+    items = [(p, float(f)) for p in policies for f in sorted(set(factors))]
+    pts = ex.map(run_point, items, shared=setup, progress=progress,
+                 label=lambda it: f"load point {it[0]} x{it[1]:g}")  # fmt: skip
+    # widen until every policy has a passing and a failing load (doubling up / halving down),
+    # then bisect each edge, all policies in one batch per step
+    edges: dict[str, tuple[float, float]] = {}
+    for _ in range(max_widen):
+        grow = []
+        for p in policies:
+            mine = [x for x in pts if x.policy == p]
+            ok = [x.factor for x in mine if x.passes]
+            bad = [x.factor for x in mine if not x.passes and (not ok or x.factor > max(ok))]
+            if ok and bad:
+                edges[p] = (max(ok), min(bad))
+            elif ok:
+                grow.append((p, max(ok) * 2.0))
+            else:
+                grow.append((p, min(x.factor for x in mine) / 2.0))
+        if not grow:
+            break
+        pts += ex.map(run_point, grow, shared=setup)
+    for _ in range(refine_steps):
+        batch = [(p, (lo * hi) ** 0.5) for p, (lo, hi) in edges.items()]
+        if not batch:
+            break
+        new = ex.map(run_point, batch, shared=setup)
+        pts += new
+        for x in new:
+            lo, hi = edges[x.policy]
+            edges[x.policy] = (x.factor, hi) if x.passes else (lo, x.factor)
+    df = pl.DataFrame([dataclasses.asdict(x) for x in pts]).sort(["policy", "factor"])
+    max_qps: dict[str, float] = {}
+    for p in policies:
+        ok = df.filter((pl.col("policy") == p) & pl.col("passes"))
+        max_qps[p] = float(ok["qps"].max()) if ok.height else float("nan")
+    ts = setup.table.column("ts_s").to_numpy()
+    base = len(ts) / float(ts[-1] - ts[0]) if len(ts) > 1 and ts[-1] > ts[0] else np.nan
+    return LoadCurve(points=df, max_qps=max_qps, base_qps=float(base))

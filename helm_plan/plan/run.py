@@ -1,0 +1,167 @@
+"""The capacity plan: minimal nodes per GPU × policy × router for "P99 ≤ T and attainment ≥ A".
+
+Steps (DESIGN.md, Capacity planning):
+
+1. scale the trace to the planned traffic (``--peak-qps`` / ``--scale``,
+   :mod:`.scale`), once for every GPU kind;
+2. per GPU, one node's **load curve** (:mod:`.loadcurve`) for every policy:
+   the maximum QPS one node sustains at the SLO, which gives each search its
+   first guess ``⌈planned QPS / max QPS⌉``;
+3. per GPU × policy × router, :func:`~helm_plan.plan.search.minimal_nodes`
+   over the cluster simulator (an independent task on the executor: the
+   answer does not depend on the worker count);
+4. cost per row, and savings against the baseline (best static behind
+   ``jsq``) with window-bootstrap intervals (:mod:`.result`).
+
+Every evaluation of a fleet size keeps its per-window request and within-SLO
+counts, which is all the node-savings bootstrap needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from helm_plan.arrays import from_table
+from helm_plan.cluster import ClusterConfig
+from helm_plan.cluster.compare import run_point
+from helm_plan.errors import ConfigError
+from helm_plan.exec import Executor, Progress, SerialExecutor
+from helm_plan.latency.model import LatencyModel, build_latency_model, resolve_latency
+from helm_plan.plan.config import BASELINE_POLICY, DEFAULT_POLICIES, PlanConfig
+from helm_plan.plan.loadcurve import LoadSetup, load_curve, start_factor
+from helm_plan.plan.result import Combo, PlanResult, build_result
+from helm_plan.plan.scale import factor_for, scale
+from helm_plan.plan.search import Point, first_guess, minimal_nodes
+from helm_plan.policies import POLICIES, parse_policy
+from helm_plan.profiles import (
+    GpuProfile,
+    LatencyProfile,
+    ModelProfile,
+    load_gpu,
+    load_model,
+)
+from helm_plan.sim import NodeConfig
+from helm_plan.sim.context import NodeContext, prepare_context
+
+
+@dataclass(frozen=True)
+class GpuSetup:
+    """One GPU kind as the plan uses it."""
+
+    gpu: GpuProfile
+    """GPU profile."""
+    latency: LatencyModel
+    """Its service-time model for the plan's model."""
+    latency_profile: LatencyProfile | None
+    """The latency profile behind it (provenance)."""
+    price_per_hour: float
+    """USD per GPU-hour (profile, or the plan's override)."""
+
+
+def default_policies() -> tuple[str, ...]:
+    """DEFAULT_POLICIES that this build's catalogue knows."""
+    return tuple(p for p in DEFAULT_POLICIES if p.partition(":")[0] in POLICIES)
+
+
+def gpu_setups(cfg: PlanConfig, model: ModelProfile) -> list[GpuSetup]:
+    """Each GPU of ``cfg`` with its latency model and price."""
+    prices = cfg.price_overrides
+    out = []
+    for name in dict.fromkeys(cfg.gpus):
+        g = load_gpu(name)
+        prof = resolve_latency(g, model, cfg.latency)
+        out.append(GpuSetup(g, build_latency_model(g, model, prof), prof,
+                            prices.get(g.name, prices.get(name, g.cost_per_hour))))  # fmt: skip
+    unknown = set(prices) - {s.gpu.name for s in out} - set(cfg.gpus)
+    if unknown:
+        raise ConfigError(f"--cost-per-hour names GPUs not planned: {', '.join(sorted(unknown))}",
+                          hint="use the names given to --gpus")  # fmt: skip
+    return out
+
+
+def _scaled(table, cfg: PlanConfig, window_s: float):
+    if cfg.peak_qps is not None:
+        k = factor_for(table, peak_qps_target=cfg.peak_qps, window_s=window_s)
+    else:
+        k = cfg.scale if cfg.scale is not None else 1.0
+    return scale(table, k, by=cfg.scale_by, window_s=window_s, seed=cfg.seed)
+
+
+def _combo(shared: tuple[list[NodeContext], NodeConfig, PlanConfig, dict], item) -> Combo:
+    """Minimal nodes for one (GPU index, policy, router): an executor task."""
+    ctxs, ncfg, cfg, starts = shared
+    gi, spec, router = item
+    ctx = ctxs[gi]
+    counts: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
+    n_w = ctx.n_windows(ncfg.window_s)
+
+    def evaluate(n: int) -> Point:
+        ccfg = ClusterConfig(nodes=n, router=router, node=ncfg, seed=cfg.seed)
+        pt = run_point(ctx, ccfg, spec, cfg.oracle)
+        p99, att = float(pt.overall["p99_ms"]), float(pt.overall["slo_attainment"])
+        ok = bool(p99 <= ncfg.slo_ms and att >= cfg.attainment)  # NaN fails
+        size = np.bincount(pt.window_idx, minlength=n_w).astype(np.int64)
+        met = np.bincount(pt.window_idx, weights=pt.sojourn_s <= ncfg.slo_ms / 1e3,
+                          minlength=n_w).astype(np.int64)  # fmt: skip
+        r = pt.fleet_static.ratio if pt.fleet_static is not None else math.nan
+        counts[n] = (size, met, r)
+        return Point(n, ok, p99, att)
+
+    s = minimal_nodes(evaluate, start=starts[(gi, spec)], max_nodes=cfg.max_nodes)
+    return Combo(gi, spec, router, s, counts)
+
+
+def plan(
+    table,
+    cfg: PlanConfig,
+    *,
+    setups: Sequence[GpuSetup] | None = None,
+    executor: Executor | None = None,
+    progress: Progress | None = None,
+) -> PlanResult:
+    """Plan ``table`` (a canonical trace) for ``cfg`` (see the module docstring).
+
+    ``setups`` replaces the GPUs named in ``cfg`` (tests pass hand-made latency models).
+    """
+    model = load_model(cfg.model)
+    slo = cfg.slo_ms if cfg.slo_ms is not None else model.default_slo_ms
+    ncfg = dataclasses.replace(cfg.node, slo_ms=slo)
+    policies = tuple(dict.fromkeys(cfg.policies or default_policies()))
+    for p in policies:
+        parse_policy(p)  # a precise error before any work
+    setups = list(setups) if setups is not None else gpu_setups(cfg, model)
+    ex = executor or SerialExecutor()
+    scaled, scaling = _scaled(table, cfg, ncfg.window_s)
+    arrays = from_table(scaled, seed=cfg.seed)
+    ctxs = [prepare_context(arrays, s.gpu, model, s.latency, pool_bytes=cfg.pool_bytes,
+                            pool_fraction=cfg.pool_fraction, latency_profile=s.latency_profile)
+            for s in setups]  # fmt: skip
+    curves, starts = [], {}
+    for gi, (s, ctx) in enumerate(zip(setups, ctxs, strict=True)):
+        ls = LoadSetup(table=scaled, gpu=s.gpu, model=model, latency=s.latency,
+                       latency_profile=s.latency_profile, pool_bytes=ctx.pool_bytes, node=ncfg,
+                       oracle=cfg.oracle, scale_by=cfg.scale_by, attainment=cfg.attainment,
+                       seed=cfg.seed)  # fmt: skip
+        f0 = start_factor(ls)
+        factors = [f0 / 2, f0, f0 * 2] if cfg.load_curve else [f0]
+        lc = load_curve(ls, list(policies), factors,
+                        refine_steps=cfg.load_refine_steps if cfg.load_curve else 2,
+                        executor=ex, progress=progress)  # fmt: skip
+        curves.append(lc)
+        for p in policies:
+            starts[(gi, p)] = min(first_guess(scaling.qps_after, lc.max_qps[p]), cfg.max_nodes)
+    routers = tuple(dict.fromkeys(cfg.routers))
+    items = [(gi, p, r) for gi in range(len(setups)) for p in policies for r in routers]
+    base = (BASELINE_POLICY, cfg.baseline_router)
+    for gi in range(len(setups)):
+        if base not in {(p, r) for _, p, r in items}:
+            items.append((gi, *base))
+            starts.setdefault((gi, BASELINE_POLICY), starts.get((gi, policies[0]), 1))
+    combos = ex.map(_combo, items, shared=(ctxs, ncfg, cfg, starts), progress=progress,
+                    label=lambda it: f"{setups[it[0]].gpu.name} {it[1]} {it[2]}")  # fmt: skip
+    return build_result(cfg, ncfg, scaling, setups, ctxs, curves, combos, policies, routers)

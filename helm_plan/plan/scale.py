@@ -1,0 +1,157 @@
+"""Scaling a trace to the traffic being planned for (DESIGN.md, Capacity planning).
+
+Two ways, stated in every plan and report:
+
+- ``users`` (the default): add users. The trace is replayed ``K`` times over
+  the same span, each copy ("clone") with disjoint user ids and its timeline
+  shifted by ``c/K`` of the span (wrapping round the end), so the arrival rate
+  grows K-fold while each user's requests, history and revisit gaps stay as
+  observed, and the item catalogue (the EMB hot set) stays the same. A
+  fractional ``K`` takes a seeded share of the users into the last clone.
+- ``time``: compress time by ``K`` (every gap divided by K). The users and
+  their histories are unchanged, but they come back K times sooner, which
+  inflates KV reuse; use it to ask "this exact workload, faster".
+
+``peak_qps`` sizes ``K`` so that the busiest window carries that rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from helm_plan import trace
+from helm_plan.config import require_positive
+from helm_plan.errors import ConfigError
+
+
+class ScaleBy(StrEnum):
+    """How a trace is scaled to a target load."""
+
+    USERS = "users"
+    TIME = "time"
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """What scaling did to a trace (recorded in plans and reports)."""
+
+    method: str
+    """users or time."""
+    factor: float
+    """K: the arrival rate multiplier."""
+    qps_before: float
+    """Mean arrival rate before, requests per second."""
+    qps_after: float
+    """Mean arrival rate after."""
+    peak_qps_before: float
+    """Busiest window's rate before (at ``window_s``)."""
+    peak_qps_after: float
+    """Busiest window's rate after."""
+    users_before: int
+    """Distinct users before."""
+    users_after: int
+    """Distinct users after."""
+    items: int
+    """Distinct items (unchanged by either method)."""
+
+
+def peak_qps(ts_s: np.ndarray, window_s: float) -> float:
+    """The busiest ``window_s`` window's arrival rate."""
+    if len(ts_s) == 0:
+        return 0.0
+    w = np.floor(np.asarray(ts_s) / window_s).astype(np.int64)
+    return float(np.bincount(w - w.min()).max() / window_s)
+
+
+def _mean_qps(ts: np.ndarray) -> float:
+    span = float(ts[-1] - ts[0]) if len(ts) > 1 else 0.0
+    return len(ts) / span if span > 0 else float("nan")
+
+
+def factor_for(table: pa.Table, *, peak_qps_target: float, window_s: float) -> float:
+    """K that brings the busiest ``window_s`` window to ``peak_qps_target`` (before rounding)."""
+    require_positive("peak_qps", peak_qps_target)
+    peak = peak_qps(table.column("ts_s").to_numpy(), window_s)
+    if not peak > 0:
+        raise ConfigError("the trace has no requests to scale", hint="pass a non-empty trace")
+    return peak_qps_target / peak
+
+
+def scale(
+    table: pa.Table, factor: float, *, by: str = "users", window_s: float = 10.0, seed: int = 0
+) -> tuple[pa.Table, Scaling]:
+    """``table`` scaled to ``factor`` times its arrival rate (see the module docstring)."""
+    require_positive("scale factor", factor)
+    if not np.isfinite(factor) or factor > 10_000:
+        raise ConfigError(f"scale factor must be finite and <= 10000, got {factor}",
+                          hint="pass a smaller --scale or --peak-qps")  # fmt: skip
+    if by not in set(ScaleBy):
+        raise ConfigError(f"unknown scaling {by!r}", hint="use users or time")
+    if table.num_rows == 0:
+        raise ConfigError("the trace has no requests to scale", hint="pass a non-empty trace")
+    ts = table.column("ts_s").to_numpy()
+    users = table.column("user_id").to_numpy()
+    out = _by_time(table, factor) if by == ScaleBy.TIME else _by_users(table, factor, seed)
+    ts2 = out.column("ts_s").to_numpy()
+    items = pc.count_distinct(pc.list_flatten(table.column("new_items"))).as_py()
+    info = Scaling(
+        method=str(by), factor=float(factor),
+        qps_before=_mean_qps(ts), qps_after=_mean_qps(ts2),
+        peak_qps_before=peak_qps(ts, window_s), peak_qps_after=peak_qps(ts2, window_s),
+        users_before=int(len(np.unique(users))),
+        users_after=int(len(np.unique(out.column("user_id").to_numpy()))),
+        items=int(items),
+    )  # fmt: skip
+    return out, info
+
+
+def _by_time(table: pa.Table, k: float) -> pa.Table:
+    ts = table.column("ts_s").to_numpy()
+    t0 = ts[0]
+    new = t0 + (ts - t0) / k
+    return table.set_column(table.column_names.index("ts_s"), "ts_s", pa.array(new))
+
+
+def _by_users(table: pa.Table, k: float, seed: int) -> pa.Table:
+    ts = table.column("ts_s").to_numpy()
+    users = table.column("user_id").to_numpy().astype(np.int64)
+    t0 = float(ts[0])
+    span = float(ts[-1] - t0)
+    # one past the last arrival keeps a clone shifted by a full span apart from the original
+    period = span + (span / max(len(ts) - 1, 1) if span > 0 else 1.0)
+    stride = int(users.max()) + 1
+    whole = int(np.floor(k))
+    frac = k - whole
+    parts, times, ids = [], [], []
+    rng = np.random.default_rng(seed)
+    uniq = np.unique(users)
+    n_clones = whole + (1 if frac > 1e-12 else 0)
+    if stride * n_clones >= 2**62:
+        raise ConfigError("user ids too large to clone disjointly",
+                          hint="remap user ids to a dense range first")  # fmt: skip
+    for c in range(n_clones):
+        if c < whole:
+            rows = np.arange(len(ts))
+        else:  # a seeded share of the users makes up the fractional clone
+            keep = uniq[rng.random(len(uniq)) < frac]
+            rows = np.flatnonzero(np.isin(users, keep))
+        shift = period * c / k
+        t = t0 + np.mod(ts[rows] - t0 + shift, period)
+        parts.append(rows)
+        times.append(t)
+        ids.append(users[rows] + c * stride)
+    rows = np.concatenate(parts)
+    t = np.concatenate(times)
+    uid = np.concatenate(ids)
+    # stable by time, then clone: each user's own requests keep their order unless the
+    # wrap splits the user's timeline (their tail then opens the span)
+    order = np.lexsort((np.arange(len(t)), t))
+    out = table.take(pa.array(rows[order]))
+    out = out.set_column(out.column_names.index("ts_s"), "ts_s", pa.array(t[order]))
+    out = out.set_column(out.column_names.index("user_id"), "user_id", pa.array(uid[order]))
+    return trace.validate(out, source="scaled trace")

@@ -1,0 +1,67 @@
+"""The fleet-size search (bracket + bisection, minimality, non-monotone cases) and cost by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from helm_plan.errors import ConfigError
+from helm_plan.plan.search import Point, cost, first_guess, minimal_nodes
+
+
+def _threshold(k, calls=None):
+    def ev(n):
+        if calls is not None:
+            calls.append(n)
+        return Point(n, n >= k, 100.0 / n, min(1.0, n / k))
+
+    return ev
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 7, 31, 32, 33, 100])
+@pytest.mark.parametrize("start", [1, 5, 40])
+def test_minimal_size_with_n_minus_one_failing(k, start):
+    calls = []
+    s = minimal_nodes(_threshold(k, calls), start=start, max_nodes=128)
+    assert s.nodes == k and not s.non_monotone
+    assert s.at[k].passes
+    if k > 1:
+        assert not s.at[k - 1].passes  # N - 1 was evaluated and fails
+    assert len(calls) == len(set(calls))  # no size evaluated twice
+    assert len(calls) <= 2 * math.ceil(math.log2(128)) + 3
+
+
+def test_a_good_guess_costs_three_sizes():
+    calls = []
+    s = minimal_nodes(_threshold(20, calls), start=20, max_nodes=128)
+    assert s.nodes == 20 and sorted(calls) == [19, 20, 21]
+
+
+def test_none_passes_up_to_max_nodes():
+    s = minimal_nodes(_threshold(500), start=3, max_nodes=64)
+    assert s.nodes is None and max(p.nodes for p in s.evaluated) == 64
+
+
+def test_a_non_monotone_answer_is_reported():
+    # passes at 4 (a lucky routing), fails 5..8, passes from 9 on
+    def ev(n):
+        return Point(n, n == 4 or n >= 9, 1.0, 1.0)
+
+    s = minimal_nodes(ev, start=4, max_nodes=64)  # 4 passes, 2 and 3 fail: N = 4 ...
+    assert s.nodes == 4 and not s.at[3].passes
+    assert not s.at[5].passes and s.non_monotone  # ... but 5 fails: reported
+    s2 = minimal_nodes(ev, start=6, max_nodes=64)  # up from a failing start: 6, 7 fail, 9 passes
+    assert s2.nodes == 9 and not s2.at[8].passes and s2.at[10].passes
+    assert not s2.non_monotone  # the lucky 4 was never tried
+
+
+def test_cost_by_hand():
+    # 12 GPUs at 2.5 USD/h serving 3000 req/s: 30 USD/h; 10.8M requests per hour
+    c = cost(12, 2.5, 3000.0)
+    assert c.gpu_hours_per_day == 288.0
+    assert c.usd_per_hour == 30.0
+    assert c.usd_per_million_requests == pytest.approx(30.0 / 10.8)
+    with pytest.raises(ConfigError, match="cost_per_hour must be finite and >= 0"):
+        cost(1, -1.0, 10.0)
+    assert first_guess(1000.0, 150.0) == 7 and first_guess(10.0, 0.0) == 1
