@@ -1,74 +1,102 @@
-"""The ``helm-plan`` command: registers the commands and maps errors to one line."""
+"""The ``helm-plan`` console-script entry point (the app itself is :mod:`helm_plan_cli.app`).
+
+This module imports nothing heavy at the top: :func:`main` must block SIGINT
+before numeric libraries start their threads (see :func:`_take_sigint`), and a
+spawned worker re-runs this module while it starts.
+"""
 
 from __future__ import annotations
 
+import _thread
+import gc
+import multiprocessing
+import multiprocessing.util
+import os
+import signal
 import sys
-from typing import Annotated
+import threading
+from typing import Any
 
-import typer
-from helm_plan_cli.commands import COMMAND_MODULES
-from typer.core import TyperGroup
-
-from helm_plan.errors import HelmPlanError
-
-_debug = {"on": False}
+INTERRUPTED = 130
+INTERRUPT_LINE = "error: interrupted; finished outputs are kept, rerun to resume"
 
 
-def _fail(message: str, code: int) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code)
+def __getattr__(name: str) -> Any:  # noqa: ANN401
+    # `from helm_plan_cli.main import app` keeps working, loading the app on first use.
+    if name == "app":
+        from helm_plan_cli.app import app
+
+        return app
+    raise AttributeError(name)
 
 
-class _Group(TyperGroup):
-    """Maps library errors to one line on stderr and a non-zero exit (traceback with --debug)."""
+def _watch_sigint() -> None:
+    """Take Ctrl-C for the whole process (SIGINT is blocked in every other thread).
 
-    def invoke(self, ctx: typer.Context):  # noqa: ANN201 - typer's signature
-        try:
-            return super().invoke(ctx)
-        except HelmPlanError as e:
-            if _debug["on"]:
-                raise
-            raise _fail(e.one_line(), e.exit_code) from e
-        except KeyboardInterrupt:
-            if _debug["on"]:
-                raise
-            raise _fail("interrupted; finished outputs are kept, rerun to resume", 130) from None
-        except (typer.Exit, typer.Abort, typer.TyperException):
-            raise
-        except Exception as e:
-            if _debug["on"]:
-                raise
-            raise _fail(
-                f"internal error {type(e).__name__}: {e} (a bug; rerun with --debug for the traceback)",
-                1,
-            ) from e
+    First Ctrl-C: stop the worker processes now (the pool would otherwise wait for
+    their current task) and raise KeyboardInterrupt in the main thread, which
+    unwinds normally (atomic writes clean up). A second Ctrl-C exits at once.
+    """
+    signal.sigwait({signal.SIGINT})
+    for p in multiprocessing.active_children():
+        p.terminate()
+    _thread.interrupt_main()
+    # CPython 3.11 sees a signal tripped from another thread only at the main thread's
+    # next eval-breaker event: waking every 50 ms takes the GIL and so provides one.
+    while signal.sigtimedwait({signal.SIGINT}, 0.05) is None:
+        pass
+    sys.stderr.write(INTERRUPT_LINE + "\n")
+    sys.stderr.flush()
+    os._exit(INTERRUPTED)
 
 
-app = typer.Typer(
-    cls=_Group,
-    name="helm-plan",
-    help="Trace-driven capacity planning for generative-recommender serving (EMB/KV cache split).",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
+def _take_sigint() -> None:
+    """Block SIGINT in this thread and in every thread and process started after it.
 
-
-@app.callback()
-def _root(
-    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,
-) -> None:
-    _debug["on"] = debug
-
-
-for _mod in COMMAND_MODULES:
-    _mod.register(app)
+    A signal for the process goes to some thread that does not block it; in CPython
+    3.11 one landing in a non-Python thread (polars, numba and DuckDB start them)
+    is noticed late or never. Blocked everywhere, it reaches only the watcher
+    thread. Worker processes inherit the mask from birth, so a terminal's Ctrl-C
+    (sent to the whole process group) is reported by the parent alone.
+    """
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - not POSIX
+        return
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return  # started with Ctrl-C ignored (a shell's background job): keep it so
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    threading.Thread(target=_watch_sigint, name="helm-plan-sigint", daemon=True).start()
 
 
 def main() -> None:
     """Console-script entry point."""
-    _debug["on"] = "--debug" in sys.argv
-    app(prog_name="helm-plan")
+    _take_sigint()  # first: before any import that starts threads
+    code = None
+    try:
+        from helm_plan_cli import app as cli
+
+        cli.set_debug("--debug" in sys.argv)
+        cli.app(prog_name="helm-plan")
+    except SystemExit as e:
+        if e.code != INTERRUPTED:
+            raise
+        code = e.code
+    except KeyboardInterrupt:  # while loading, before the app maps it to its line
+        sys.stderr.write(INTERRUPT_LINE + "\n")
+        code = INTERRUPTED
+    if code is None:
+        return
+    # Interrupted (outside the except block, so the unwound frames are freed): skip
+    # interpreter teardown, where compiled-code and DuckDB threads caught mid-call
+    # can crash it (SIGSEGV instead of exit 130). First run multiprocessing's own
+    # exit step, minus the joins: release the pools' named semaphores (else its
+    # resource tracker warns of leaks after we are gone).
+    gc.collect()
+    run_finalizers = getattr(multiprocessing.util, "_run_finalizers", None)
+    if run_finalizers is not None:
+        run_finalizers(0)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from helm_plan.errors import ConfigError
+from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL
+from helm_plan.sim import NodeConfig
+
+NODE = NodeConfig()
+"""The node simulator's defaults (slo_ms, window_s, slots, refill, ...), read once here."""
 
 TraceArg = Annotated[
     Path, typer.Argument(help="Canonical request trace (parquet).", show_default=False)
@@ -20,20 +28,93 @@ LatencyOpt = Annotated[
         help="Latency profile name or TOML path (default: the shipped GPU_MODEL profile).",
     ),
 ]
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
+
+
+def parse_bytes(text: str) -> int:
+    """A byte count: ``80000000000``, ``8e10``, ``80GB`` or ``64GiB`` (whole bytes only)."""
+    t = text.strip().lower().replace("_", "").replace(",", "")
+    num = t.rstrip("kmgtib")
+    unit = t[len(num) :]
+    try:
+        v = float(num) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise typer.BadParameter(
+            f"{text!r} is not a byte count; write e.g. 80000000000, 8e10, 80GB or 64GiB"
+        ) from None
+    if not (math.isfinite(v) and v == int(v)):
+        raise typer.BadParameter(f"{text!r} is not a whole number of bytes")
+    return int(v)
+
+
 PoolBytesOpt = Annotated[
     int | None,
-    typer.Option("--pool-bytes", help="Cache pool size in bytes (overrides HBM sizing)."),
+    typer.Option(
+        "--pool-bytes",
+        help="Cache pool size in bytes, e.g. 8e10, 80GB or 64GiB (overrides HBM sizing).",
+        parser=parse_bytes,
+    ),
 ]
 PoolFractionOpt = Annotated[
     float | None,
     typer.Option("--pool-fraction", help="Cache pool as a share of the trace's EMB+KV footprint."),
 ]
-SloMsOpt = Annotated[float, typer.Option("--slo-ms", help="P99 latency SLO in milliseconds.")]
+SloMsOpt = Annotated[
+    float, typer.Option("--slo-ms", help="P99 latency SLO in milliseconds (online ranking budget).")
+]
 WindowSOpt = Annotated[float, typer.Option("--window-s", help="Window length in seconds.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for every random choice.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON object instead of a table.")]
 WorkersOpt = Annotated[
     int, typer.Option("--workers", help="Parallel worker processes (0 = all cores).")
+]
+ExecutorOpt = Annotated[
+    str,
+    typer.Option(
+        "--executor",
+        help="Where parallel tasks run: local (worker processes) or ray (a local Ray instance "
+        "of --workers CPUs, or the cluster at --ray-address). Never changes a result.",
+    ),
+]
+ExecutorOptionalOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--executor",
+        help="Where parallel tasks run: local or ray (default: local). Never changes a result.",
+    ),
+]
+RayAddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address",
+        help="Ray cluster HOST:PORT printed by `ray start --head` (with --executor ray; "
+        "default: start a local Ray instance and shut it down after).",
+        show_default=False,
+    ),
+]
+SlotsOpt = Annotated[
+    int, typer.Option("--slots", help="Independent streams of the node (MIG/MPS partitions).")
+]
+RefillOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--refill",
+        help="Refill of a growing EMB cache at a ratio change: lazy, eager or throttled "
+        f"(default: {NODE.refill}).",
+        show_default=False,
+    ),
+]
+ReallocAliasOpt = Annotated[
+    str | None,
+    typer.Option("--realloc", hidden=True, help="Deprecated alias of --refill."),
+]
+ThrottleOpt = Annotated[
+    float, typer.Option("--throttle-share", help="H2D bandwidth share of a throttled refill (φ).")
+]
+TraceRatioOpt = Annotated[
+    float,
+    typer.Option("--ratio", help="EMB share r of the cache pool (KV gets 1 - r)."),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
 ModelOptionalOpt = Annotated[
@@ -112,16 +193,20 @@ DemoOpt = Annotated[
     bool, typer.Option("--demo", help="Generate and analyze the embedded mixed-regime demo trace.")
 ]
 GpuOptionalOpt = Annotated[
-    str | None, typer.Option("--gpu", help="GPU profile name or TOML path (default: a100-80g).")
+    str | None,
+    typer.Option("--gpu", help=f"GPU profile name or TOML path (default: {DEFAULT_GPU})."),
 ]
 ModelProfileOptionalOpt = Annotated[
-    str | None, typer.Option("--model", help="Model profile name or TOML path (default: gr-small).")
+    str | None,
+    typer.Option("--model", help=f"Model profile name or TOML path (default: {DEFAULT_MODEL})."),
 ]
 SloMsOptionalOpt = Annotated[
-    float | None, typer.Option("--slo-ms", help="P99 latency SLO in milliseconds (default: 100).")
+    float | None,
+    typer.Option("--slo-ms", help=f"P99 latency SLO in milliseconds (default: {NODE.slo_ms:g})."),
 ]
 WindowSOptionalOpt = Annotated[
-    float | None, typer.Option("--window-s", help="Window length in seconds (default: 10).")
+    float | None,
+    typer.Option("--window-s", help=f"Window length in seconds (default: {NODE.window_s:g})."),
 ]
 SeedOptionalOpt = Annotated[
     int | None, typer.Option("--seed", help="Seed for every random choice (default: 0).")
@@ -129,4 +214,43 @@ SeedOptionalOpt = Annotated[
 WorkersOptionalOpt = Annotated[
     int | None,
     typer.Option("--workers", help="Parallel worker processes (0 = all cores) (default: 1)."),
+]
+
+
+def refill_mode(refill: str | None, realloc: str | None) -> str:
+    """The refill mode from ``--refill`` or its deprecated alias ``--realloc`` (default NODE's)."""
+    if refill is not None and realloc is not None and refill != realloc:
+        raise ConfigError(
+            f"--refill {refill} and --realloc {realloc} disagree",
+            hint="pass only --refill (--realloc is its old name)",
+        )
+    return refill or realloc or NODE.refill
+
+
+BatchMaxOpt = Annotated[
+    int,
+    typer.Option("--batch-max", help=f"Most requests per batch (default: {NODE.batch_max})."),
+]
+BatchTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--batch-timeout-ms",
+        help="static batching: longest a batch waits for more requests after its first, ms.",
+    ),
+]
+BatchingOpt = Annotated[
+    str,
+    typer.Option(
+        "--batching",
+        help="static (close at --batch-max or the timeout) or continuous (start at once with "
+        "everything waiting).",
+    ),
+]
+SloMsModelOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--slo-ms",
+        help="P99 latency SLO in milliseconds (default: the model profile's default_slo_ms).",
+        show_default=False,
+    ),
 ]

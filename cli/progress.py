@@ -14,8 +14,12 @@ out_console = Console()
 
 @contextlib.contextmanager
 def task(description: str, *, quiet: bool = False) -> Iterator[Callable[[int, int], None]]:
-    """Yield ``update(done, total)`` driving one progress bar on stderr."""
-    if quiet:
+    """Yield ``update(done, total)`` driving one progress bar on stderr.
+
+    No bar when ``quiet`` or when stderr is not a terminal (logs and pipes get no
+    redraw noise, and a failure leaves exactly its one ``error:`` line).
+    """
+    if quiet or not err_console.is_terminal:
         yield lambda done, total: None
         return
     with Progress(

@@ -9,29 +9,39 @@ from pathlib import Path
 import typer
 from helm_plan_cli.options import (
     DemoOpt,
+    ExecutorOptionalOpt,
     GpuOptionalOpt,
+    JsonOpt,
     LatencyOpt,
     ModelProfileOptionalOpt,
     PlanFileOpt,
     PoolBytesOpt,
     PoolFractionOpt,
     QuietOpt,
+    RayAddressOpt,
     RunDirOpt,
     SeedOptionalOpt,
     SloMsOptionalOpt,
     WindowSOptionalOpt,
     WorkersOptionalOpt,
 )
-from helm_plan_cli.progress import err_console, out_console, task
+from helm_plan_cli.output import emit_json, emit_notes, emit_table
+from helm_plan_cli.progress import task
 from rich.table import Table
 
 from helm_plan import analyze
 from helm_plan.config import load_plan
 from helm_plan.errors import ConfigError
+from helm_plan.io import check_output
+from helm_plan.report import REPORT_NAME, STORE_NAME
+from helm_plan.report.html import pct_text
+
+#: Files `analyze` writes into its run directory (docs/summary-schema.md).
+RUN_FILES = (REPORT_NAME, "summary.json", STORE_NAME, "labels.parquet")
 
 
 def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{100 * v:.1f}%"
+    return "-" if v is None else pct_text(v)
 
 
 def _ms(v: float | None) -> str:
@@ -81,13 +91,19 @@ def analyze_command(
     pool_fraction: PoolFractionOpt = None,
     config: PlanFileOpt = None,
     workers: WorkersOptionalOpt = None,
+    executor: ExecutorOptionalOpt = None,
+    ray_address: RayAddressOpt = None,
     seed: SeedOptionalOpt = None,
     demo: DemoOpt = False,
+    as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Analyze a trace end to end and write report.html, summary.json, helm.duckdb, labels.parquet."""
+    quiet = quiet or as_json
     if demo and trace is not None:
-        raise ConfigError("give a TRACE or --demo, not both")
+        raise ConfigError(
+            "give a TRACE or --demo, not both", hint="drop TRACE to analyse the demo trace"
+        )
     if not demo and trace is None:
         raise ConfigError(
             "missing TRACE", hint="pass a trace parquet, or --demo for the demo trace"
@@ -98,6 +114,7 @@ def analyze_command(
     overrides = {
         "gpu": gpu, "model": model, "latency": latency, "slo_ms": slo_ms, "window_s": window_s,
         "pool_bytes": pool_bytes, "pool_fraction": pool_fraction, "workers": workers, "seed": seed,
+        "executor": executor, "ray_address": ray_address,
     }  # fmt: skip
     if pool_bytes is not None:
         overrides["pool_fraction"] = None
@@ -111,14 +128,32 @@ def analyze_command(
     else:
         assert trace is not None
         out_dir = out or Path("reports/out") / trace.stem
+    for name in RUN_FILES:
+        check_output(out_dir / name, trace, config, gpu, model, latency)
     res = analyze.run_analyze(
         trace, cfg, out_dir,
         progress_factory=lambda label: task(label, quiet=quiet),
         command=shlex.join(["helm-plan", *sys.argv[1:]]) if sys.argv else "",
     )  # fmt: skip
-    for note in res.notes:
-        err_console.print(f"[yellow]note:[/yellow] {note}")
-    out_console.print(headline_table(res))
+    if as_json:
+        emit_json(
+            "analyze",
+            {
+                "out_dir": str(res.out_dir),
+                "report": str(res.report_path),
+                "summary_path": str(res.summary_path),
+                "store": str(res.store_path),
+                "labels": str(res.labels_path),
+                "stages": [
+                    {"stage": r.name, "cached": r.cached, "seconds": r.seconds} for r in res.stages
+                ],
+                "notes": list(res.notes),
+                "summary": res.summary,
+            },
+        )
+        return
+    emit_notes(res.notes)
+    emit_table(headline_table(res))
 
 
 def register(app: typer.Typer) -> None:

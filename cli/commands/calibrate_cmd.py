@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Annotated
 
 import typer
 from helm_plan_cli.options import JsonOpt, ModelOpt, OutOpt, QuietOpt, SeedOpt
-from helm_plan_cli.progress import out_console, task
+from helm_plan_cli.output import emit_json, emit_table
+from helm_plan_cli.progress import task
 from rich.table import Table
 
-from helm_plan.io import write_toml
+from helm_plan.io import check_output, write_toml
+from helm_plan.profiles import DEFAULT_MODEL
 
 DeviceOpt = Annotated[
     str, typer.Option("--device", help="Torch device to measure: cpu or cuda[:N].")
@@ -21,7 +22,7 @@ GpuLabelOpt = Annotated[
     typer.Option("--gpu", help="GPU name written into the profile (default: the device name)."),
 ]
 QuickOpt = Annotated[
-    bool, typer.Option("--quick", help="Small grid and few repeats: seconds, rougher fit.")
+    bool, typer.Option("--quick", help="Small grid and few repeats: under a minute, rougher fit.")
 ]
 LayersOpt = Annotated[
     int | None, typer.Option("--layers", help="Benchmark this many layers instead of the model's.")
@@ -29,21 +30,27 @@ LayersOpt = Annotated[
 DModelOpt = Annotated[
     int | None, typer.Option("--d-model", help="Benchmark this hidden size instead of the model's.")
 ]
-ThreadsOpt = Annotated[int, typer.Option("--threads", help="torch CPU threads (0 = all cores).")]
+ThreadsOpt = Annotated[
+    int,
+    typer.Option(
+        "--threads", help="torch CPU threads, also the host-gather threads (0 = all cores)."
+    ),
+]
 RepeatsOpt = Annotated[
-    int | None, typer.Option("--repeats", help="Timed runs per grid point (median kept).")
+    int | None, typer.Option("--repeats", help="Timed runs per grid point (fastest kept).")
 ]
 
 _UNITS = {
-    "t0_s": ("t0 (fixed)", 1e6, "us"),
-    "prefill_a_s": ("a (prefill / token)", 1e6, "us"),
-    "prefill_b_s": ("b (prefill / token / ctx)", 1e9, "ns"),
-    "score_c_s": ("c (score / cand)", 1e6, "us"),
-    "score_d_s": ("d (score / cand / ctx)", 1e9, "ns"),
-    "host_gather_s": ("host gather / row", 1e9, "ns"),
+    "t_launch_s": ("launch (per batch)", 1e6, "us"),
+    "t_request_s": ("per request", 1e6, "us"),
+    "weight_read_s": ("weight read (per batch)", 1e6, "us"),
+    "dense_s_per_token": ("dense / token", 1e9, "ns"),
+    "mfu_half_tokens": ("efficiency half-point", 1.0, "tokens"),
+    "attn_s_per_pair": ("attention / pair", 1e12, "ps"),
     "hbm_bw_Bps": ("device gather bw", 1e-9, "GB/s"),
     "h2d_bw_Bps": ("H2D bw", 1e-9, "GB/s"),
     "h2d_latency_s": ("H2D latency", 1e6, "us"),
+    "host_gather_Bps": ("host gather bw", 1e-9, "GB/s"),
 }
 
 
@@ -58,7 +65,7 @@ def register(app: typer.Typer) -> None:
     def calibrate(
         out: OutOpt,
         device: DeviceOpt = "cpu",
-        model: ModelOpt = "gr-small",
+        model: ModelOpt = DEFAULT_MODEL,
         gpu: GpuLabelOpt = None,
         quick: QuickOpt = False,
         layers: LayersOpt = None,
@@ -69,7 +76,8 @@ def register(app: typer.Typer) -> None:
         json_out: JsonOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
-        """Measure prefill, scoring, gathers and H2D copies with torch; fit and write latency.toml."""
+        """Measure launch, per-request, weight-read, dense, attention, gather and H2D terms; write latency.toml."""
+        check_output(out, model)
         from helm_plan.latency.calibrate import CalibrateConfig, resolve_device
         from helm_plan.latency.calibrate import calibrate as run_calibration
         from helm_plan.profiles import profile_to_dict
@@ -94,17 +102,15 @@ def register(app: typer.Typer) -> None:
         p = res.profile
         if json_out:
             coeffs = {k: getattr(p, k) for k in _UNITS}
-            typer.echo(
-                json.dumps(
-                    {
-                        "profile": p.name,
-                        "source": p.source,
-                        "coefficients": coeffs,
-                        "heldout_mape": res.mape_heldout,
-                        "out": str(out),
-                    },
-                    indent=2,
-                )
+            emit_json(
+                "calibrate",
+                {
+                    "profile": p.name,
+                    "source": p.source,
+                    "coefficients": coeffs,
+                    "heldout_mape": res.mape_heldout,
+                    "out": str(out),
+                },
             )
             return
         t = Table(title=f"latency profile {p.name}  ({res.device_name}, {res.elapsed_s:.1f} s)")
@@ -113,12 +119,12 @@ def register(app: typer.Typer) -> None:
         t.add_column("unit")
         for k, (label, scale, unit) in _UNITS.items():
             t.add_row(label, f"{getattr(p, k) * scale:.4g}", unit)
-        out_console.print(t)
+        emit_table(t)
         m = Table(title="held-out MAPE per term")
         m.add_column("term")
         m.add_column("MAPE", justify="right")
         m.add_column("train / held-out points", justify="right")
         for term, fit in res.terms.items():
             m.add_row(term, _pct(fit.mape_heldout), f"{fit.n_train} / {fit.n_heldout}")
-        out_console.print(m)
+        emit_table(m)
         typer.echo(f"wrote {out}")

@@ -2,27 +2,32 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from helm_plan_cli.options import (
+    GpuOpt,
     JsonOpt,
     LatencyOpt,
+    ModelOpt,
     PoolBytesOpt,
     PoolFractionOpt,
     QuietOpt,
     SeedOpt,
     TraceArg,
 )
-from helm_plan_cli.progress import out_console, task
+from helm_plan_cli.output import emit_json, emit_table
+from helm_plan_cli.progress import task
 from rich.table import Table
 
-from helm_plan.io import write_toml
+from helm_plan.io import check_output, write_toml
+from helm_plan.latency.observed import FITTED
+from helm_plan.sim.fit import FitConfig, fit_trace
 
-FitGpuOpt = Annotated[str, typer.Option("--gpu", help="GPU profile name or TOML path.")]
-FitModelOpt = Annotated[str, typer.Option("--model", help="Model profile name or TOML path.")]
+FIT = FitConfig()
+"""The fit's defaults, read once here."""
+
 RatioOpt = Annotated[
     float, typer.Option("--ratio", help="EMB share r of the cache pool for the cache replay.")
 ]
@@ -40,23 +45,21 @@ def register(app: typer.Typer) -> None:
 
     @app.command("fit")
     def fit(
-        trace_path: TraceArg,
-        gpu: FitGpuOpt = "a100-80g",
-        model: FitModelOpt = "gr-small",
-        latency: LatencyOpt = None,
-        ratio: RatioOpt = 0.5,
+        trace: TraceArg,
+        gpu: GpuOpt = FIT.gpu,
+        model: ModelOpt = FIT.model,
+        latency: LatencyOpt = FIT.latency,
+        ratio: RatioOpt = FIT.ratio,
         pool_bytes: PoolBytesOpt = None,
         pool_fraction: PoolFractionOpt = None,
-        holdout: HoldoutOpt = 0.2,
-        seed: SeedOpt = 0,
+        holdout: HoldoutOpt = FIT.holdout_fraction,
+        seed: SeedOpt = FIT.seed,
         out: FitOutOpt = None,
         json_out: JsonOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
-        """Fit t0, a, b, c, d, host gather and H2D latency to the trace's latency_ms; report MAPE."""
-        from helm_plan.latency.observed import FITTED
-        from helm_plan.sim.fit import FitConfig, fit_trace
-
+        """Fit launch, dense, attention, host gather and H2D latency to the trace's latency_ms; report MAPE."""
+        check_output(out, trace, latency, gpu, model)
         cfg = FitConfig(
             gpu=gpu,
             model=model,
@@ -69,39 +72,38 @@ def register(app: typer.Typer) -> None:
         )
         with task("fit latency model", quiet=quiet or json_out) as update:
             update(0, 1)
-            res = fit_trace(trace_path, cfg)
+            res = fit_trace(trace, cfg)
             update(1, 1)
         if out is not None:
             write_toml(out, res.toml_dict())
         f = res.fit
         base = {k: getattr(res.base, k) for k in FITTED}
         if json_out:
-            typer.echo(
-                json.dumps(
-                    {
-                        "base_profile": res.base_name,
-                        "base": base,
-                        "fitted": f.coefficients,
-                        "held_at_base": list(f.held_at_base),
-                        "mape_heldout": f.mape_heldout,
-                        "mape_base_heldout": f.mape_base_heldout,
-                        "mape_train": f.mape_train,
-                        "n_train": f.n_train,
-                        "n_heldout": f.n_heldout,
-                        "out": str(out) if out else None,
-                    },
-                    indent=2,
-                )
+            emit_json(
+                "fit",
+                {
+                    "trace": str(trace),
+                    "base_profile": res.base_name,
+                    "base": base,
+                    "fitted": f.coefficients,
+                    "held_at_base": list(f.held_at_base),
+                    "mape_heldout": f.mape_heldout,
+                    "mape_base_heldout": f.mape_base_heldout,
+                    "mape_train": f.mape_train,
+                    "n_train": f.n_train,
+                    "n_heldout": f.n_heldout,
+                    "out": str(out) if out else None,
+                },
             )
             return
-        t = Table(title=f"latency fit to {trace_path.name}  (base {res.base_name})")
+        t = Table(title=f"latency fit to {trace.name}  (base {res.base_name})")
         t.add_column("coefficient")
         t.add_column("base", justify="right")
         t.add_column("fitted", justify="right")
         for k in FITTED:
             held = "  (held)" if k in f.held_at_base else ""
             t.add_row(k, f"{base[k]:.4g}", f"{f.coefficients[k]:.4g}{held}")
-        out_console.print(t)
+        emit_table(t)
         typer.echo(
             f"held-out MAPE {100 * f.mape_heldout:.1f}% (base profile {100 * f.mape_base_heldout:.1f}%) "
             f"on {f.n_heldout} requests; train MAPE {100 * f.mape_train:.1f}% on {f.n_train}"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -17,18 +15,21 @@ from helm_plan_cli.options import (
     JsonOpt,
     OutOpt,
     QpsOpt,
+    QuietOpt,
     RegimeOpt,
     ReplicateOpt,
     SeedOpt,
     SessionGapSOpt,
 )
-from helm_plan_cli.progress import out_console
+from helm_plan_cli.output import emit_json, emit_table
+from helm_plan_cli.progress import task
 from rich.table import Table
 
 from helm_plan.ingest import (
     DEFAULT_N_CANDIDATES,
     DEFAULT_SESSION_GAP_S,
     KINDS,
+    TAOBAO_BEHAVIORS,
     IngestConfig,
     IngestReport,
     check_kind,
@@ -54,9 +55,10 @@ def ingest(
     arrivals: ArrivalsOpt = None,
     replicate: ReplicateOpt = 1,
     column_map: ColumnMapOpt = None,
-    behaviors: BehaviorsOpt = "pv,buy,cart,fav",
+    behaviors: BehaviorsOpt = ",".join(TAOBAO_BEHAVIORS),
     seed: SeedOpt = 0,
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Convert a public log (MovieLens, Amazon, Taobao, Mooncake, any CSV) into a request trace.
 
@@ -79,11 +81,14 @@ def ingest(
         behaviors=tuple(b.strip().lower() for b in behaviors.split(",") if b.strip()),
         **(parse_column_map(column_map) if column_map else {}),
     )
-    report = ingest_to_file(path, out, cfg)
+    with task(f"ingest {kind}", quiet=quiet or as_json) as update:
+        update(0, 1)
+        report = ingest_to_file(path, out, cfg)
+        update(1, 1)
     if as_json:
-        typer.echo(json.dumps(dataclasses.asdict(report), indent=2))
+        emit_json("ingest", report)
     else:
-        out_console.print(render(report))
+        emit_table(render(report))
 
 
 def render(r: IngestReport) -> Table:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 from helm_plan_cli.options import JsonOpt, ModelOptionalOpt, QuietOpt, TraceArg
-from helm_plan_cli.progress import out_console, task
+from helm_plan_cli.output import emit_json, emit_table
+from helm_plan_cli.progress import task
 from rich.table import Table
 
-from helm_plan.inspect import inspect_trace
+from helm_plan.inspect import DEFAULT_MEMORY_LIMIT, inspect_trace
 from helm_plan.profiles import load_model
 
 
@@ -30,7 +30,7 @@ def inspect_command(
     model: ModelOptionalOpt = None,
     memory_limit: Annotated[
         str, typer.Option("--memory-limit", help="DuckDB memory cap; it spills to disk past it.")
-    ] = "1GB",
+    ] = DEFAULT_MEMORY_LIMIT,
     quiet: QuietOpt = False,
 ) -> None:
     """Requests, users, items, QPS, history lengths, revisit gaps, Zipf skew and footprints."""
@@ -39,7 +39,7 @@ def inspect_command(
         stats = inspect_trace(trace, prof, memory_limit=memory_limit, progress=update)
     obj = stats.to_json()
     if as_json:
-        typer.echo(json.dumps(obj, indent=2))
+        emit_json("inspect", obj)
         return
     table = Table(title=f"{trace}", show_header=True)
     table.add_column("figure")
@@ -48,7 +48,7 @@ def inspect_command(
         if k in ("trace",) or (v is None and k in ("model", "max_seq_len")):
             continue
         table.add_row(k, _fmt(v))
-    out_console.print(table)
+    emit_table(table)
 
 
 def register(app: typer.Typer) -> None:

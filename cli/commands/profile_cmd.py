@@ -13,7 +13,9 @@ from typing import Annotated
 
 import typer
 from helm_plan_cli.options import (
+    NODE,
     GpuOpt,
+    JsonOpt,
     ModelOpt,
     OutOpt,
     PoolBytesOpt,
@@ -25,13 +27,20 @@ from helm_plan_cli.options import (
     TraceArg,
     WindowSOpt,
 )
-from helm_plan_cli.progress import out_console, task
+from helm_plan_cli.output import emit_json, emit_table
+from helm_plan_cli.progress import task
 from rich.table import Table
 
 from helm_plan import trace as T
 from helm_plan.cache import curves as C
-from helm_plan.profiles import Pool
+from helm_plan.cache import embstream
+from helm_plan.cache.core import capacities
+from helm_plan.io import check_output, ensure_distinct_outputs
+from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL, Pool
 from helm_plan.sim import load_context
+
+CURVES = C.CurvesConfig()
+"""The curve defaults, read once here."""
 
 RatioOpt = Annotated[
     float,
@@ -43,8 +52,9 @@ StreamOutOpt = Annotated[
     Path | None,
     typer.Option(
         "--stream-out",
-        help="Also write the EMB access stream behind the emb curve (parquet: request, ts_s, "
-        "item_id), to check the curve with another cache simulator.",
+        help="Also write the EMB lookup stream behind the emb curve, while the curve is "
+        "measured (parquet: request, table, row, bytes), to check the curve with another "
+        "cache simulator.",
     ),
 ]
 
@@ -56,38 +66,73 @@ def _gib(b: float) -> str:
 def profile_command(
     trace: TraceArg,
     out: OutOpt,
-    gpu: GpuOpt = "a100-80g",
-    model: ModelOpt = "gr-small",
-    window_s: WindowSOpt = 10.0,
-    sample_rate: SampleRateOpt = 1.0,
-    sample_size: SampleSizeOpt = None,
+    gpu: GpuOpt = DEFAULT_GPU,
+    model: ModelOpt = DEFAULT_MODEL,
+    window_s: WindowSOpt = NODE.window_s,
+    sample_rate: SampleRateOpt = CURVES.sample_rate,
+    sample_size: SampleSizeOpt = CURVES.sample_size,
     pool_bytes: PoolBytesOpt = None,
     pool_fraction: PoolFractionOpt = None,
-    ratio: RatioOpt = 0.5,
+    ratio: RatioOpt = CURVES.ratio,
     stream_out: StreamOutOpt = None,
-    seed: SeedOpt = 0,
+    seed: SeedOpt = CURVES.seed,
+    as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Measure EMB hit-rate and KV-reuse curves over the cache pool (whole trace and per window)."""
+    check_output(out, trace, gpu, model)
+    check_output(stream_out, trace, gpu, model)
+    ensure_distinct_outputs(out, stream_out)
     cfg = C.CurvesConfig(
         window_s=window_s, ratio=ratio, sample_rate=sample_rate, sample_size=sample_size, seed=seed
     )
     ctx = load_context(
         trace, gpu=gpu, model=model, pool_bytes=pool_bytes, pool_fraction=pool_fraction, seed=seed
     )
-    g, m, arrays = ctx.gpu, ctx.model, ctx.arrays
+    g, m, wl = ctx.gpu, ctx.model, ctx.workload
     pool = Pool(ctx.pool_bytes, ctx.pool_source)
-    for note in ctx.notes:
-        typer.echo(f"warning: {note}", err=True)
-    with task("curves", quiet=quiet) as update:
-        cv = C.compute_curves(arrays, g, m, pool, cfg, progress=update)
+    notes = list(ctx.notes)
+    if not as_json:
+        for note in notes:
+            typer.echo(f"warning: {note}", err=True)
     prov = {"trace": str(trace), "trace_sha256": T.sha256(trace)}
+    with task("curves", quiet=quiet or as_json) as update:
+        if stream_out is None:
+            cv = C.compute_curves(wl, g, m, pool, cfg, progress=update)
+        else:  # written by the emb pass itself: no second KV replay or stream build
+            kv_tokens = capacities(ratio, pool.pool_bytes, m)[1]
+            meta = embstream.write_stream_meta(
+                {**prov, "ratio": str(ratio)}, embstream.stream_metadata(wl, m, kv_tokens)
+            )
+            with embstream.StreamWriter(stream_out, wl, m, meta) as sink:
+                cv = C.compute_curves(wl, g, m, pool, cfg, progress=update, sink=sink)
     C.write(cv, out, prov)
-    if stream_out is not None:
-        C.write_stream(
-            C.emb_stream(arrays, m, pool, ratio), stream_out, {**prov, "ratio": str(ratio)}
-        )
 
+    knees = cv.knees.filter(cv.knees["window"] == C.WHOLE)
+    if as_json:
+        emit_json(
+            "profile",
+            {
+                "trace": str(trace),
+                "out": str(out),
+                "stream_out": None if stream_out is None else str(stream_out),
+                "gpu": g.name,
+                "model": m.name,
+                "pool_bytes": pool.pool_bytes,
+                "pool_source": pool.source,
+                "footprint_bytes": ctx.footprint_bytes,
+                "ratio": ratio,
+                "emb_kv_tokens": cv.emb_kv_tokens,
+                "exact": not cfg.sampled,
+                "hit_rates": [
+                    {"pool_fraction": k / 10, **{kd: cv.hit_rate_at(kd, k / 10) for kd in C.KINDS}}
+                    for k in range(1, 11)
+                ],
+                "knees": knees.drop("window").to_dicts(),
+                "notes": notes,
+            },
+        )
+        return
     tab = Table(
         title=f"{trace.name}: {g.name} x {m.name}, pool {_gib(pool.pool_bytes)} ({pool.source})"
     )
@@ -97,7 +142,6 @@ def profile_command(
     for k in range(1, 11):
         f = k / 10
         tab.add_row(f"{k * 10}%", *(f"{cv.hit_rate_at(kind, f):.4f}" for kind in C.KINDS))
-    knees = cv.knees.filter(cv.knees["window"] == C.WHOLE)
     cells = []
     for kind in C.KINDS:
         row = knees.filter(knees["kind"] == kind).row(0, named=True)
@@ -107,11 +151,11 @@ def profile_command(
             else f"{row['pool_fraction']:.0%} -> {row['hit_rate']:.4f}"
         )
     tab.add_row("knee", *cells, style="bold")
-    out_console.print(tab)
     note = "exact" if not cfg.sampled else f"SHARDS rate {cfg.sample_rate}"
-    out_console.print(
+    emit_table(
+        tab,
         f"emb: KV fixed at {cv.emb_kv_tokens:,} tokens (ratio {ratio}); EMB curves {note}; "
-        f"wrote {out}"
+        f"wrote {out}",
     )
 
 

@@ -10,7 +10,8 @@ Prints a table (overall + per window) or, with ``--json``, one object:
   "pool_bytes": int, "pool_source": str, "footprint_bytes": int,
   "policy": str,                      # canonical spec, e.g. "static:0.3"
   "refill": "lazy" | "eager" | "throttled",
-  "slo_ms": float, "window_s": float, "slots": int, "throttle_share": float,
+  "slo_ms": float, "window_s": float, "slots": int, "batch_max": int,
+  "batch_timeout_ms": float, "batching": "static" | "continuous", "throttle_share": float,
   "warmup_windows": int,              # leading windows left out of "overall"
   "notes": [str],                     # warnings, e.g. the footprint fits the pool
   "overall": {"requests": int, "p50_ms": float, "p99_ms": float,
@@ -29,20 +30,24 @@ Prints a table (overall + per window) or, with ``--json``, one object:
 
 NaN (e.g. an empty window's P99) is written as null. Sojourn = queue wait +
 service; window figures cover the requests arriving in the window.
-Defaults: ``--slo-ms 100`` (an online ranking stage's budget) and
-``--window-s 10`` (>= 1000 requests per window at >= 100 QPS, so P99 rests
-on >= 10 tail samples; see helm_plan.sim.node).
+Defaults come from :class:`helm_plan.sim.NodeConfig` and the model profile:
+``--slo-ms`` is the model's ``default_slo_ms`` (scaled to its latency, with its
+source in the profile) and ``--window-s 10`` (>= 1000 requests per
+window at >= 100 QPS, so P99 rests on >= 10 tail samples; see helm_plan.sim.node).
+``--refill`` (old name ``--realloc``, still accepted) picks the refill mode.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from helm_plan_cli.options import (
+    NODE,
+    BatchingOpt,
+    BatchMaxOpt,
+    BatchTimeoutOpt,
     GpuOpt,
     JsonOpt,
     LatencyOpt,
@@ -50,69 +55,51 @@ from helm_plan_cli.options import (
     PoolBytesOpt,
     PoolFractionOpt,
     QuietOpt,
+    ReallocAliasOpt,
+    RefillOpt,
     SeedOpt,
+    SloMsModelOpt,
+    SlotsOpt,
+    ThrottleOpt,
     TraceArg,
     WindowSOpt,
+    refill_mode,
 )
-from helm_plan_cli.progress import err_console, out_console, task
+from helm_plan_cli.output import emit_json, emit_notes, emit_table
+from helm_plan_cli.progress import task
 from rich import box
 from rich.table import Table
 
 from helm_plan.oracle import OracleConfig
-from helm_plan.policies import PolicyEnv, parse_policy
-from helm_plan.sim import (
-    DEFAULT_SLO_MS,
-    DEFAULT_WINDOW_S,
-    NodeConfig,
-    load_context,
-    simulate_node,
-)
-
-SCHEMA_VERSION = "1"
+from helm_plan.policies import USAGE, PolicyEnv, parse_policy
+from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL
+from helm_plan.sim import NodeConfig, load_context, simulate_node
 
 PolicyOpt = Annotated[
     str,
-    typer.Option(
-        "--policy", help="static:R, emb-max, kv-max, best-static or schedule:LABELS.parquet."
-    ),
-]
-ReallocOpt = Annotated[
-    str, typer.Option("--realloc", help="Refill of a growing EMB cache: lazy, eager or throttled.")
-]
-SlotsOpt = Annotated[int, typer.Option("--slots", help="Parallel executors of the node's FIFO.")]
-ThrottleOpt = Annotated[
-    float, typer.Option("--throttle-share", help="H2D bandwidth share of a throttled refill (φ).")
+    typer.Option("--policy", help=f"Ratio policy: {USAGE.removeprefix('use ')}."),
 ]
 WarmupOpt = Annotated[
     int, typer.Option("--warmup-windows", help="Leading windows left out of overall figures.")
 ]
-SloOpt = Annotated[
-    float, typer.Option("--slo-ms", help="P99 latency SLO in milliseconds (online ranking budget).")
-]
-
-
-def _clean(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_clean(x) for x in v]
-    return v
 
 
 def simulate(
     trace: TraceArg,
-    gpu: GpuOpt = "a100-80g",
-    model: ModelOpt = "gr-small",
+    gpu: GpuOpt = DEFAULT_GPU,
+    model: ModelOpt = DEFAULT_MODEL,
     latency: LatencyOpt = None,
-    slo_ms: SloOpt = DEFAULT_SLO_MS,
-    window_s: WindowSOpt = DEFAULT_WINDOW_S,
+    slo_ms: SloMsModelOpt = None,
+    window_s: WindowSOpt = NODE.window_s,
     policy: PolicyOpt = "best-static",
-    realloc: ReallocOpt = "throttled",
-    slots: SlotsOpt = 1,
-    throttle_share: ThrottleOpt = 0.3,
-    warmup_windows: WarmupOpt = 1,
+    refill: RefillOpt = None,
+    realloc: ReallocAliasOpt = None,
+    slots: SlotsOpt = NODE.slots,
+    batch_max: BatchMaxOpt = NODE.batch_max,
+    batch_timeout_ms: BatchTimeoutOpt = NODE.batch_timeout_ms,
+    batching: BatchingOpt = NODE.batching,
+    throttle_share: ThrottleOpt = NODE.throttle_share,
+    warmup_windows: WarmupOpt = NODE.warmup_windows,
     pool_bytes: PoolBytesOpt = None,
     pool_fraction: PoolFractionOpt = None,
     seed: SeedOpt = 0,
@@ -120,14 +107,6 @@ def simulate(
     quiet: QuietOpt = False,
 ) -> None:
     """Simulate one GPU node serving TRACE under a ratio policy and refill mode."""
-    cfg = NodeConfig(
-        slo_ms=slo_ms,
-        window_s=window_s,
-        slots=slots,
-        refill=realloc,
-        throttle_share=throttle_share,
-        warmup_windows=warmup_windows,
-    )
     pol = parse_policy(policy)
     ctx = load_context(
         trace,
@@ -137,6 +116,17 @@ def simulate(
         pool_bytes=pool_bytes,
         pool_fraction=pool_fraction,
         seed=seed,
+    )
+    cfg = NodeConfig(
+        slo_ms=ctx.model.default_slo_ms if slo_ms is None else slo_ms,
+        window_s=window_s,
+        slots=slots,
+        batch_max=batch_max,
+        batch_timeout_ms=batch_timeout_ms,
+        batching=batching,
+        refill=refill_mode(refill, realloc),
+        throttle_share=throttle_share,
+        warmup_windows=warmup_windows,
     )
     with task(f"policy {pol.spec}", quiet=quiet or as_json or not pol.searches) as progress:
         built = pol.build(ctx, cfg, PolicyEnv(oracle=OracleConfig(seed=seed), progress=progress))
@@ -158,8 +148,6 @@ def simulate(
     }
     if as_json:
         doc = {
-            "schema_version": SCHEMA_VERSION,
-            "command": "simulate",
             "trace": str(trace),
             "gpu": ctx.gpu.name,
             "model": ctx.model.name,
@@ -172,22 +160,24 @@ def simulate(
             "slo_ms": cfg.slo_ms,
             "window_s": cfg.window_s,
             "slots": cfg.slots,
+            "batch_max": cfg.batch_max,
+            "batch_timeout_ms": cfg.batch_timeout_ms,
+            "batching": cfg.batching,
             "throttle_share": cfg.throttle_share,
             "warmup_windows": cfg.warmup_windows,
             "notes": list(ctx.notes),
             "overall": overall,
             "windows": res.windows.to_dicts(),
         }
-        typer.echo(json.dumps(_clean(doc), indent=2))
+        emit_json("simulate", doc)
         return
-    for note in ctx.notes:
-        err_console.print(f"note: {note}")
+    emit_notes(ctx.notes)
     head = Table(title=f"simulate {trace.name}: {pol.spec}, refill {cfg.refill}")
     head.add_column("figure")
     head.add_column("value", justify="right")
     for k, v in overall.items():
         head.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
-    out_console.print(head)
+    emit_table(head)
     # Short headers and fixed formats so the table fits an 80-column terminal.
     t = Table(
         title="per window (--json for every field)",
@@ -210,7 +200,7 @@ def simulate(
             v = row[key] / 1e6 if key == "h2d_bytes" else row[key]
             cells.append("-" if v is None or v != v else fmt.format(v))
         t.add_row(*cells)
-    out_console.print(t)
+    emit_table(t)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,16 +1,33 @@
-"""`helm-plan synth`: write a synthetic canonical trace (optionally fitted --like a real one)."""
+"""`helm-plan synth`: write a synthetic canonical trace (fitted --like a real one, or a named scenario)."""
 
 from __future__ import annotations
 
 import time
+import tomllib
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from helm_plan_cli.options import DurationSOpt, OutOpt, QpsOpt, QuietOpt, RegimeOpt, SeedOpt
+from helm_plan_cli.options import (
+    DurationSOpt,
+    JsonOpt,
+    OutOpt,
+    QpsOpt,
+    QuietOpt,
+    RegimeOpt,
+    SeedOpt,
+)
+from helm_plan_cli.output import emit_json
 from helm_plan_cli.progress import task
 
 from helm_plan import synth
+from helm_plan.config import from_dict
+from helm_plan.errors import ConfigError
+from helm_plan.io import check_output
+
+
+def _opt(flag: str, help_: str) -> Any:
+    return typer.Option(flag, help=help_)
 
 
 def synth_command(
@@ -20,42 +37,78 @@ def synth_command(
     duration_s: DurationSOpt = None,
     users: Annotated[
         int | None,
-        typer.Option(
-            "--users", help="Expected distinct users outside bursts (default: one per 12 requests)."
-        ),
+        _opt("--users", "Expected distinct users outside bursts (default: one per 12 requests)."),
     ] = None,
-    items: Annotated[
-        int | None, typer.Option("--items", help="Item catalog size (default: 1000000).")
-    ] = None,
+    items: Annotated[int | None, _opt("--items", "Item catalog size (default: 1000000).")] = None,
     zipf_alpha: Annotated[
         float | None,
-        typer.Option(
-            "--zipf-alpha", help="Item popularity skew, P(rank k) ~ k^-alpha (default: 1.0)."
-        ),
+        _opt("--zipf-alpha", "Item popularity skew, P(rank k) ~ k^-alpha (default: 1.0)."),
     ] = None,
     candidates: Annotated[
-        int | None,
-        typer.Option("--candidates", help="n_candidates per request, 0 allowed (default: 512)."),
+        int | None, _opt("--candidates", "n_candidates per request, 0 allowed (default: 512).")
     ] = None,
     max_seq_len: Annotated[
-        int | None,
-        typer.Option("--max-seq-len", help="Cap on each user's history, tokens (default: 2048)."),
+        int | None, _opt("--max-seq-len", "Cap on each user's history, tokens (default: 8192).")
+    ] = None,
+    returning_share: Annotated[
+        float | None,
+        _opt(
+            "--returning-share",
+            "Share of users (outside bursts) active before the trace; their first request "
+            "carries their pre-existing history (default: 0.8).",
+        ),
+    ] = None,
+    returning_history_mean: Annotated[
+        float | None,
+        _opt(
+            "--returning-history-mean",
+            "Mean pre-existing history of a returning user, tokens (default: 1536).",
+        ),
+    ] = None,
+    burst_cold_share: Annotated[
+        float | None,
+        _opt("--burst-cold-share", "Share of burst requests from users new to the trace (0.8)."),
+    ] = None,
+    burst_new_item_share: Annotated[
+        float | None,
+        _opt(
+            "--burst-new-item-share",
+            "Share of burst items that are new items, never seen before the burst (0.1).",
+        ),
+    ] = None,
+    sets: Annotated[
+        list[str] | None,
+        _opt(
+            "--set",
+            "KEY=VALUE: any other synth knob (README, synth), or a --scenario option; repeatable.",
+        ),
+    ] = None,
+    scenario: Annotated[
+        str | None,
+        _opt(
+            "--scenario",
+            "Named scenario with a known answer: detectability (with --qps, --duration-s, "
+            "--candidates, --max-seq-len, --seed, --set).",
+        ),
     ] = None,
     like: Annotated[
         Path | None,
-        typer.Option(
+        _opt(
             "--like",
-            help="Fit popularity skew, revisit gaps, item counts and cold share from this trace.",
+            "Fit popularity skew, catalog, revisit gaps, item counts and cold share from this trace.",
         ),
     ] = None,
     scale: Annotated[
         float,
-        typer.Option("--scale", help="With --like: multiply the fitted users, items and QPS."),
+        _opt("--scale", "With --like: multiply the fitted users, QPS and catalog."),
     ] = 10.0,
     seed: SeedOpt = 0,
+    as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Generate a synthetic trace: Zipf items with drift, revisiting and cold users, regimes."""
+    """Generate a synthetic trace: Zipf items with drift, returning, revisiting and cold users, regimes."""
+    check_output(out, like)
+    quiet = quiet or as_json
     given: dict[str, Any] = {
         "regime": regime,
         "qps": qps,
@@ -65,25 +118,101 @@ def synth_command(
         "zipf_alpha": zipf_alpha,
         "candidates": candidates,
         "max_seq_len": max_seq_len,
+        "returning_share": returning_share,
+        "returning_history_mean": returning_history_mean,
+        "burst_cold_share": burst_cold_share,
+        "burst_new_item_share": burst_new_item_share,
         "seed": seed,
     }
-    fitted = None
-    if like is not None:
-        with task("fit --like", quiet=quiet) as update:
-            fitted = synth.fit(like, progress=update)
-        cfg = synth.like_config(fitted, scale=scale, **given)
-    else:
-        cfg = synth.SynthConfig(**{k: v for k, v in given.items() if v is not None})
+    extra = _parse_sets(sets or [])
     t0 = time.perf_counter()
-    with task("synth", quiet=quiet) as update:
-        res = synth.write(
-            cfg, out, like=None if fitted is None else fitted.to_json(), progress=update
+    if scenario is not None:
+        res, what = _write_scenario(out, scenario, given, like, extra, quiet)
+    else:
+        clash = sorted(set(extra) & {k for k, v in given.items() if v is not None and k != "seed"})
+        if clash:
+            raise ConfigError(
+                f"--set {clash[0]} repeats an option given as a flag", hint="give it once"
+            )
+        fitted = None
+        if like is not None:
+            with task("fit --like", quiet=quiet) as update:
+                fitted = synth.fit(like, progress=update)
+            cfg = synth.like_config(fitted, scale=scale, **{**given, **extra})
+        else:
+            kw = {k: v for k, v in given.items() if v is not None}
+            cfg = from_dict(synth.SynthConfig, {**kw, **extra})
+        with task("synth", quiet=quiet) as update:
+            res = synth.write(
+                cfg, out, like=None if fitted is None else fitted.to_json(), progress=update
+            )
+        what = f"regime {cfg.regime}, qps {cfg.qps:g}, {cfg.duration_s:g} s, seed {cfg.seed}"
+    if as_json:
+        emit_json(
+            "synth",
+            {
+                "out": str(res.path),
+                "requests": res.requests,
+                "users": res.users,
+                "history_tokens": res.history_tokens,
+                "bursts": [list(b) for b in res.bursts],
+                "what": what,
+                "seconds": time.perf_counter() - t0,
+            },
         )
+        return
     typer.echo(
         f"wrote {res.path}: {res.requests:,} requests, {res.users:,} users, "
-        f"{res.history_tokens:,} history items, regime {cfg.regime}, qps {cfg.qps:g}, "
-        f"{cfg.duration_s:g} s, seed {cfg.seed} ({time.perf_counter() - t0:.1f} s)"
+        f"{res.history_tokens:,} history items, {what} ({time.perf_counter() - t0:.1f} s)"
     )
+
+
+def _write_scenario(
+    out: Path,
+    name: str,
+    given: dict[str, Any],
+    like: Path | None,
+    extra: dict[str, Any],
+    quiet: bool,
+) -> tuple[synth.SynthResult, str]:
+    allowed = {"qps", "duration_s", "candidates", "max_seq_len", "seed"}
+    bad = [k for k, v in given.items() if v is not None and k not in allowed]
+    if like is not None or bad:
+        flag = "--like" if like is not None else "--" + bad[0].replace("_", "-")
+        raise ConfigError(
+            f"{flag} cannot be combined with --scenario",
+            hint="set scenario options with --set KEY=VALUE (README, synth scenarios)",
+        )
+    opts = {k: given[k] for k in allowed - {"duration_s"}}
+    opts.update(extra)
+    if given["duration_s"] is not None:  # the whole scenario: split evenly over its phases
+        if "phase_s" in extra:
+            raise ConfigError(
+                "--duration-s and --set phase_s both set the phase length",
+                hint="give one: --duration-s is split evenly over the phases",
+            )
+        phases = extra.get("phases", synth.DetectabilityConfig.phases)
+        if isinstance(phases, int) and phases > 0:
+            opts["phase_s"] = given["duration_s"] / phases
+    sc = synth.scenario(name, **opts)
+    with task("synth", quiet=quiet) as update:
+        res = synth.write_scenario(sc, out, progress=update)
+    return res, f"scenario {name}, {len(sc.phases)} phases, {sc.duration_s:g} s"
+
+
+def _parse_sets(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs; VALUE is a TOML value (number, true/false, "string") or a bare word."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r} is not KEY=VALUE", hint="e.g. --set bursts=6")
+        try:
+            out[key] = tomllib.loads(f"v = {raw.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key] = raw.strip()  # a bare word, e.g. --set regime=burst
+    return out
 
 
 def register(app: typer.Typer) -> None:

@@ -9,6 +9,7 @@ from helm_plan_cli.main import app
 from typer.testing import CliRunner
 
 from helm_plan.oracle import read_labels
+from helm_plan.profiles import load_model
 
 runner = CliRunner()
 COMMON = ["--window-s", "2", "--pool-fraction", "0.3"]
@@ -25,7 +26,11 @@ def test_simulate_json_schema(small_trace):
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["schema_version"] == "1" and doc["policy"] == "static:0.3"
-    assert doc["refill"] == "throttled" and doc["slo_ms"] == 100.0 and doc["window_s"] == 2.0
+    assert (
+        doc["refill"] == "throttled"
+        and doc["slo_ms"] == load_model("gr-small").default_slo_ms
+        and doc["window_s"] == 2.0
+    )
     n = doc["overall"]["requests"] + sum(w["requests"] for w in doc["windows"] if not w["measured"])
     assert n == 400
     assert len(doc["windows"]) == 5 and all(w["ratio"] == 0.3 for w in doc["windows"])

@@ -1,0 +1,201 @@
+"""`helm-plan plan`: minimal nodes per GPU × policy × router for a P99 SLO, and what they cost.
+
+A thin adapter over :func:`helm_plan.plan.plan`. ``-o FILE`` writes plan.json
+(schema: docs/plan-json.md) atomically; ``--json`` prints the same document.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from helm_plan_cli.options import (
+    NODE,
+    BatchingOpt,
+    BatchMaxOpt,
+    BatchTimeoutOpt,
+    ExecutorOpt,
+    JsonOpt,
+    LatencyOpt,
+    ModelOpt,
+    PoolBytesOpt,
+    PoolFractionOpt,
+    QuietOpt,
+    RayAddressOpt,
+    SeedOpt,
+    SloMsModelOpt,
+    SlotsOpt,
+    TraceArg,
+    WindowSOpt,
+    WorkersOpt,
+)
+from helm_plan_cli.output import emit_json, emit_table
+from helm_plan_cli.progress import task
+from rich import box
+from rich.table import Table
+
+from helm_plan import exec as executors
+from helm_plan import trace as trace_io
+from helm_plan.errors import ConfigError
+from helm_plan.io import check_output, write_json
+from helm_plan.plan import PlanConfig, plan, plan_doc
+from helm_plan.plan.config import DEFAULT_GPUS, DEFAULT_ROUTERS
+from helm_plan.profiles import DEFAULT_MODEL
+from helm_plan.sim import NodeConfig
+
+PLAN = PlanConfig()
+"""The plan's defaults, read once here."""
+
+GpusOpt = Annotated[str, typer.Option("--gpus", help="Comma list of GPU profiles to compare.")]
+PoliciesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--policies",
+        help="Comma list of split policies (default: best-static, emb-max, kv-max, hill-climb, "
+        "controller, those this build has).",
+        show_default=False,
+    ),
+]
+RoutersOpt = Annotated[str, typer.Option("--routers", help="Comma list of routers.")]
+AttainmentOpt = Annotated[
+    float, typer.Option("--attainment", help="Share of requests that must meet the SLO.")
+]
+PeakQpsOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--peak-qps", help="Plan for this rate in the busiest window (req/s).", show_default=False
+    ),  # fmt: skip
+]
+ScaleOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--scale", help="Plan for the trace's rate times this factor.", show_default=False
+    ),  # fmt: skip
+]
+ScaleByOpt = Annotated[
+    str,
+    typer.Option("--scale-by", help="users (clone users, keep the catalogue) or time (compress)."),
+]
+MaxNodesOpt = Annotated[int, typer.Option("--max-nodes", help="Largest fleet per GPU kind.")]
+CostOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--cost-per-hour",
+        help="GPU=USD per GPU-hour (repeatable; default: profile).",
+        show_default=False,
+    ),  # fmt: skip
+]
+NoCurveOpt = Annotated[
+    bool,
+    typer.Option("--no-load-curve", help="Skip refining the single-node load curve (faster)."),
+]
+PlanOutOpt = Annotated[
+    str | None, typer.Option("--out", "-o", help="Write plan.json here.", show_default=False)
+]
+
+
+def _items(text: str, what: str) -> tuple[str, ...]:
+    items = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    if not items:
+        raise ConfigError(f"--{what} is empty", hint=f"pass a comma list, e.g. --{what} a,b")
+    return items
+
+
+def _prices(pairs: list[str] | None) -> tuple[tuple[str, float], ...]:
+    out = []
+    for p in pairs or []:
+        gpu, sep, usd = p.partition("=")
+        try:
+            out.append((gpu.strip(), float(usd)))
+        except ValueError:
+            sep = ""
+        if not sep or not gpu.strip():
+            raise ConfigError(f"--cost-per-hour {p!r} is not GPU=USD",
+                              hint="e.g. --cost-per-hour h100-80g=3.5")  # fmt: skip
+    return tuple(out)
+
+
+def plan_command(
+    trace: TraceArg,
+    out: PlanOutOpt = None,
+    gpus: GpusOpt = ",".join(DEFAULT_GPUS),
+    model: ModelOpt = DEFAULT_MODEL,
+    latency: LatencyOpt = None,
+    slo_ms: SloMsModelOpt = None,
+    attainment: AttainmentOpt = PLAN.attainment,
+    policies: PoliciesOpt = None,
+    routers: RoutersOpt = ",".join(DEFAULT_ROUTERS),
+    peak_qps: PeakQpsOpt = None,
+    scale: ScaleOpt = None,
+    scale_by: ScaleByOpt = PLAN.scale_by,
+    max_nodes: MaxNodesOpt = PLAN.max_nodes,
+    cost_per_hour: CostOpt = None,
+    pool_bytes: PoolBytesOpt = None,
+    pool_fraction: PoolFractionOpt = None,
+    window_s: WindowSOpt = NODE.window_s,
+    slots: SlotsOpt = NODE.slots,
+    batch_max: BatchMaxOpt = NODE.batch_max,
+    batch_timeout_ms: BatchTimeoutOpt = NODE.batch_timeout_ms,
+    batching: BatchingOpt = NODE.batching,
+    no_load_curve: NoCurveOpt = False,
+    seed: SeedOpt = PLAN.seed,
+    workers: WorkersOpt = 1,
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Find the fewest GPUs per GPU × policy × router that hold P99 within --slo-ms for TRACE."""
+    if out is not None:
+        check_output(out, trace, latency)
+    node = NodeConfig(window_s=window_s, slots=slots, batch_max=batch_max,
+                          batch_timeout_ms=batch_timeout_ms, batching=batching)  # fmt: skip
+    cfg = PlanConfig(
+        gpus=_items(gpus, "gpus"), model=model, latency=latency, slo_ms=slo_ms,
+        attainment=attainment, policies=_items(policies, "policies") if policies else None,
+        routers=_items(routers, "routers"), peak_qps=peak_qps, scale=scale, scale_by=scale_by,
+        max_nodes=max_nodes, cost_per_hour=_prices(cost_per_hour), pool_bytes=pool_bytes,
+        pool_fraction=pool_fraction, node=node, load_curve=not no_load_curve, seed=seed,
+    )  # fmt: skip
+    ex = executors.get_executor(executor, workers, ray_address)
+    table = trace_io.read(trace)
+    with ex, task("planning", quiet=quiet or as_json) as prog:
+        res = plan(table, cfg, executor=ex, progress=prog)
+    doc = plan_doc(res) | {"trace": str(trace)}
+    if out is not None:
+        write_json(out, doc, strict=True)
+    if as_json:
+        emit_json("plan", doc)
+        return
+    _print(res)
+    if out is not None:
+        emit_table(f"wrote {out}")
+
+
+def _fmt(v, f: str) -> str:
+    return "-" if v is None or v != v else f.format(v)
+
+
+def _print(res) -> None:
+    t = Table(title=f"capacity at P99 <= {res.slo_ms:g} ms for {res.config.attainment:.1%} "
+                    "of requests", box=box.MARKDOWN, pad_edge=False)  # fmt: skip
+    cols = [("gpu", "gpu", "{}"), ("policy", "policy", "{}"), ("router", "router", "{}"),
+            ("nodes", "nodes", "{}"), ("P99 ms", "p99_ms", "{:.3g}"),
+            ("N-1 P99 ms", "p99_ms_one_less", "{:.3g}"), ("$/day", "usd_per_day", "{:,.0f}"),
+            ("$/M req", "usd_per_million_requests", "{:.3g}"),
+            ("saved", "nodes_saved", "{:+d}")]  # fmt: skip
+    for h, _, _ in cols:
+        t.add_column(h, justify="left" if h in ("gpu", "policy", "router") else "right")
+    for row in res.capacity.sort(["gpu", "nodes", "p99_ms"], nulls_last=True).iter_rows(named=True):
+        cells = [_fmt(row[k], f) for _, k, f in cols]
+        if row["baseline"]:
+            cells[2] += " (baseline)"
+        if row["non_monotone"]:
+            cells[3] += " *"
+        t.add_row(*cells)
+    emit_table(t, *res.answer)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this command to ``app``."""
+    app.command("plan")(plan_command)
