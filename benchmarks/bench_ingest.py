@@ -24,14 +24,10 @@ from pathlib import Path
 
 import duckdb
 
+from helm_plan.datasets import default_dir
 from helm_plan.ingest import IngestConfig, amazon, ingest, ingest_to_file
 
-DATA = (
-    Path(__file__).resolve().parents[1].parent
-    / "shared"
-    / "datasets"
-    / "amazon-video-games.seq.txt"
-)
+DATA = default_dir(Path(__file__).resolve().parents[1]) / "amazon-video-games.seq.txt"
 
 
 def best_of(fn: Callable[[], object], repeat: int) -> float:
