@@ -9,9 +9,10 @@
 from __future__ import annotations
 
 from helm_plan.plan.config import PlanConfig
+from helm_plan.plan.gpus import GpuSetup, default_policies, gpu_setups
 from helm_plan.plan.loadcurve import LoadCurve, LoadPoint, LoadSetup, load_curve
 from helm_plan.plan.result import PlanResult, plan_doc
-from helm_plan.plan.run import GpuSetup, default_policies, gpu_setups, plan
+from helm_plan.plan.run import plan
 from helm_plan.plan.scale import ScaleBy, Scaling, factor_for, peak_qps, scale
 from helm_plan.plan.search import Cost, Point, Search, cost, first_guess, minimal_nodes
 

@@ -65,8 +65,10 @@ class PlanConfig:
     """The best-static search's grid (coarse_step)."""
     load_curve: bool = True
     """Also compute the single-node load curve (it seeds the search either way)."""
-    load_refine_steps: int = 6
+    load_refine_steps: int = 4
     """Bisections of each policy's pass/fail load edge on the single-node curve."""
+    load_max_requests: int = 250_000
+    """Largest trace a load-curve point simulates (users scaling grows it with the load)."""
     n_boot: int = 1000
     """Window-bootstrap replicates of the node savings' confidence intervals."""
     ci_level: float = 0.95
@@ -107,6 +109,7 @@ class PlanConfig:
                     hint="pass --cost-per-hour GPU=USD with a price in dollars",
                 )
         require_int("load_refine_steps", self.load_refine_steps, 0, 30)
+        require_int("load_max_requests", self.load_max_requests, 1)
         require_int("n_boot", self.n_boot, 10)
         require_range("ci_level", self.ci_level, 0.0, 1.0)
         require_int("seed", self.seed, 0)

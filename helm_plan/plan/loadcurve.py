@@ -19,12 +19,12 @@ import pyarrow as pa
 
 from helm_plan.arrays import from_table
 from helm_plan.cluster import ClusterConfig
-from helm_plan.cluster.compare import run_point as cluster_point
 from helm_plan.config import require_positive, require_range
 from helm_plan.exec import Executor, Progress, SerialExecutor
 from helm_plan.latency.model import LatencyModel
 from helm_plan.oracle import OracleConfig
-from helm_plan.plan.scale import scale
+from helm_plan.plan.evaluate import meets
+from helm_plan.plan.scale import MAX_FACTOR, scale
 from helm_plan.profiles import GpuProfile, LatencyProfile, ModelProfile
 from helm_plan.sim import NodeConfig, prepare_context, simulate_node
 
@@ -55,6 +55,9 @@ class LoadSetup:
     """Share of requests that must meet the SLO."""
     seed: int = 0
     """Candidate draws and the fractional clone."""
+    max_requests: int = 1_000_000
+    """Largest scaled trace a load point simulates (users scaling grows the trace with the
+    load); a policy still passing there gets a lower bound for its maximum QPS."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ class LoadPoint:
     """Share of requests within the SLO."""
     passes: bool
     """P99 ≤ SLO and attainment ≥ the target."""
+    ratio: float = float("nan")
+    """best-static: the static r that answered (NaN for other policies)."""
 
 
 def _context(s: LoadSetup, factor: float):
@@ -84,21 +89,29 @@ def _context(s: LoadSetup, factor: float):
     return ctx, info
 
 
-def run_point(shared: LoadSetup, item: tuple[str, float]) -> LoadPoint:
+def run_point(shared: LoadSetup, item: tuple[str, float] | tuple[str, float, float]) -> LoadPoint:
     """Serve the trace scaled by ``factor`` under ``policy`` on one node.
 
-    The node is a one-node cluster, so ``best-static`` is the fleet search the
-    plan runs at every size (the same answer as a plan with ``--max-nodes 1``);
-    with one node every router sends everything to it.
+    The node is a one-node cluster, so ``best-static`` answers as at every
+    size of the plan (:func:`helm_plan.plan.evaluate.meets`: is there an r
+    that passes, tried nearest ``hint`` first); with one node every router
+    sends everything to it.
     """
-    spec, factor = item
+    spec, factor, *rest = item
     s = shared
     ctx, info = _context(s, factor)
     cfg = ClusterConfig(nodes=1, router="round-robin", node=s.node, seed=s.seed)
-    ov = cluster_point(ctx, cfg, spec, s.oracle).overall
-    p99, att = float(ov["p99_ms"]), float(ov["slo_attainment"])
-    ok = bool(p99 <= s.node.slo_ms and att >= s.attainment)
-    return LoadPoint(spec, factor, info.qps_after, p99, att, ok)
+    ev = meets(ctx, cfg, spec, s.oracle, s.attainment, hint=rest[0] if rest else 0.5)
+    return LoadPoint(spec, factor, info.qps_after, ev.p99_ms, ev.slo_attainment, ev.passes,
+                     ev.ratio)  # fmt: skip
+
+
+def _hint(pts: list[LoadPoint], policy: str, factor: float) -> float:
+    """The r that passed at ``factor`` (best-static), else an even split."""
+    for x in pts:
+        if x.policy == policy and x.factor == factor and x.passes and x.ratio == x.ratio:
+            return x.ratio
+    return 0.5
 
 
 def start_factor(s: LoadSetup, target_utilisation: float = 0.8) -> float:
@@ -112,8 +125,10 @@ def start_factor(s: LoadSetup, target_utilisation: float = 0.8) -> float:
     res = simulate_node(ctx, 0.5, s.node)
     work = res.service_s / np.maximum(res.batch_size, 1)
     per_w = np.bincount(res.window_idx, weights=work)
-    peak = float(per_w.max()) / (s.node.window_s * s.node.slots) if len(per_w) else 0.0
-    return target_utilisation / peak if peak > 0 else 1.0
+    ts = s.table.column("ts_s").to_numpy()
+    span = min(s.node.window_s, float(ts[-1] - ts[0])) if len(ts) > 1 else s.node.window_s
+    peak = float(per_w.max()) / (span * s.node.slots) if len(per_w) and span > 0 else 0.0
+    return min(target_utilisation / peak, MAX_FACTOR) if peak > 0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -126,6 +141,10 @@ class LoadCurve:
     """Largest offered QPS that passes, per policy (NaN when even the lowest load fails)."""
     base_qps: float
     """The trace's own mean QPS (factor 1)."""
+    capped: dict[str, bool] = dataclasses.field(default_factory=dict)
+    """True where max_qps is a lower bound (the policy passed at the largest load allowed)."""
+    ratio_at_max: dict[str, float] = dataclasses.field(default_factory=dict)
+    """best-static: the r that passed at the maximum QPS (NaN elsewhere)."""
 
 
 def load_curve(
@@ -148,12 +167,17 @@ def load_curve(
     for f in factors:
         require_positive("load factor", f)
     ex = executor or SerialExecutor()
-    items = [(p, float(f)) for p in policies for f in sorted(set(factors))]
+    n = setup.table.num_rows
+    f_cap = setup.max_requests / n if setup.scale_by == "users" and n else MAX_FACTOR
+    f_cap = min(f_cap, MAX_FACTOR)
+    factors = sorted({min(float(f), f_cap) for f in factors})
+    items = [(p, f) for p in policies for f in factors]
     pts = ex.map(run_point, items, shared=setup, progress=progress,
                  label=lambda it: f"load point {it[0]} x{it[1]:g}")  # fmt: skip
     # widen until every policy has a passing and a failing load (doubling up / halving down),
     # then bisect each edge, all policies in one batch per step
     edges: dict[str, tuple[float, float]] = {}
+    capped: dict[str, bool] = {}
     for _ in range(max_widen):
         grow = []
         for p in policies:
@@ -162,15 +186,19 @@ def load_curve(
             bad = [x.factor for x in mine if not x.passes and (not ok or x.factor > max(ok))]
             if ok and bad:
                 edges[p] = (max(ok), min(bad))
+            elif ok and max(ok) * 2.0 > f_cap and max(ok) < f_cap:
+                grow.append((p, f_cap, _hint(pts, p, max(ok))))  # the largest load allowed
+            elif ok and max(ok) >= f_cap:
+                capped[p] = True  # passing at the cap: max_qps is a lower bound
             elif ok:
-                grow.append((p, max(ok) * 2.0))
+                grow.append((p, max(ok) * 2.0, _hint(pts, p, max(ok))))
             else:
                 grow.append((p, min(x.factor for x in mine) / 2.0))
         if not grow:
             break
         pts += ex.map(run_point, grow, shared=setup)
     for _ in range(refine_steps):
-        batch = [(p, (lo * hi) ** 0.5) for p, (lo, hi) in edges.items()]
+        batch = [(p, (lo * hi) ** 0.5, _hint(pts, p, lo)) for p, (lo, hi) in edges.items()]
         if not batch:
             break
         new = ex.map(run_point, batch, shared=setup)
@@ -180,9 +208,17 @@ def load_curve(
             edges[x.policy] = (x.factor, hi) if x.passes else (lo, x.factor)
     df = pl.DataFrame([dataclasses.asdict(x) for x in pts]).sort(["policy", "factor"])
     max_qps: dict[str, float] = {}
+    ratio_at: dict[str, float] = {}
     for p in policies:
-        ok = df.filter((pl.col("policy") == p) & pl.col("passes"))
-        max_qps[p] = float(ok["qps"].max()) if ok.height else float("nan")
+        ok = df.filter((pl.col("policy") == p) & pl.col("passes")).sort("qps")
+        max_qps[p] = float(ok["qps"][-1]) if ok.height else float("nan")
+        ratio_at[p] = float(ok["ratio"][-1]) if ok.height else float("nan")
     ts = setup.table.column("ts_s").to_numpy()
     base = len(ts) / float(ts[-1] - ts[0]) if len(ts) > 1 and ts[-1] > ts[0] else np.nan
-    return LoadCurve(points=df, max_qps=max_qps, base_qps=float(base))
+    return LoadCurve(
+        points=df,
+        max_qps=max_qps,
+        base_qps=float(base),
+        ratio_at_max=ratio_at,
+        capped={p: capped.get(p, False) for p in policies},
+    )

@@ -33,7 +33,7 @@ from helm_plan.sim import NodeConfig
 from helm_plan.sim.context import NodeContext
 
 if TYPE_CHECKING:
-    from helm_plan.plan.run import GpuSetup
+    from helm_plan.plan.gpus import GpuSetup
 
 STATIC_POLICIES = ("best-static", "emb-max", "kv-max", "static")
 """Policy families that hold one split for the whole run."""
@@ -73,7 +73,8 @@ class PlanResult:
     load_curve: pl.DataFrame
     """gpu, policy, factor, qps, p99_ms, slo_attainment, passes: one node."""
     max_qps: pl.DataFrame
-    """gpu, policy, max_qps: one node's maximum QPS at the SLO."""
+    """gpu, policy, max_qps, lower_bound: one node's maximum QPS at the SLO (lower_bound: the
+    curve stopped at load_max_requests while still passing)."""
     answer: tuple[str, ...]
     """Plain sentences: the cheapest fleet, what adaptivity and routing save, caveats."""
 
@@ -160,7 +161,8 @@ def build_result(
                          for i, s in enumerate(setups)])  # fmt: skip
     lc = pl.concat([c.points.with_columns(pl.lit(names[i]).alias("gpu")) for i, c in
                     enumerate(curves)]).select("gpu", pl.exclude("gpu"))  # fmt: skip
-    mq = pl.DataFrame([{"gpu": names[i], "policy": p, "max_qps": q}
+    mq = pl.DataFrame([{"gpu": names[i], "policy": p, "max_qps": q,
+                        "lower_bound": c.capped.get(p, False)}
                        for i, c in enumerate(curves) for p, q in c.max_qps.items()])  # fmt: skip
     ev = pl.DataFrame(evald, infer_schema_length=None)
     res = PlanResult(cfg, ncfg.slo_ms, scaling, gpus, cap, ev, savings, lc, mq, ())
@@ -223,8 +225,10 @@ def answer_sentences(res: PlanResult) -> list[str]:
     for g in res.gpus.iter_rows(named=True):
         mine = ok.filter(pl.col("gpu") == g["gpu"])
         if mine.height and mine["nodes"].n_unique() == 1:
-            out.append(f"On {g['gpu']} every planned policy and router needs {mine['nodes'][0]} "
-                       f"nodes: any split works; buy {mine['nodes'][0]} GPUs.")  # fmt: skip
+            n = mine["nodes"][0]
+            out.append(f"On {g['gpu']} every planned policy and router needs {n} "
+                       f"node{'s' * (n != 1)}: any split works; buy {n} "
+                       f"GPU{'s' * (n != 1)}.")  # fmt: skip
         if g["fits"]:
             out.append(f"On {g['gpu']} the trace's whole EMB+KV footprint fits in one node's "
                        "pool, so the split does not matter here; use --pool-fraction, --scale "

@@ -22,66 +22,25 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from helm_plan.arrays import from_table
 from helm_plan.cluster import ClusterConfig
-from helm_plan.cluster.compare import run_point
-from helm_plan.errors import ConfigError
 from helm_plan.exec import Executor, Progress, SerialExecutor
-from helm_plan.latency.model import LatencyModel, build_latency_model, resolve_latency
-from helm_plan.plan.config import BASELINE_POLICY, DEFAULT_POLICIES, PlanConfig
+from helm_plan.plan.config import BASELINE_POLICY, PlanConfig
+from helm_plan.plan.evaluate import meets
+from helm_plan.plan.gpus import GpuSetup, default_policies, gpu_setups
 from helm_plan.plan.loadcurve import LoadSetup, load_curve, start_factor
 from helm_plan.plan.result import Combo, PlanResult, build_result
 from helm_plan.plan.scale import factor_for, scale
 from helm_plan.plan.search import Point, first_guess, minimal_nodes
-from helm_plan.policies import POLICIES, parse_policy
+from helm_plan.policies import parse_policy
 from helm_plan.profiles import (
-    GpuProfile,
-    LatencyProfile,
-    ModelProfile,
-    load_gpu,
     load_model,
 )
 from helm_plan.sim import NodeConfig
 from helm_plan.sim.context import NodeContext, prepare_context
-
-
-@dataclass(frozen=True)
-class GpuSetup:
-    """One GPU kind as the plan uses it."""
-
-    gpu: GpuProfile
-    """GPU profile."""
-    latency: LatencyModel
-    """Its service-time model for the plan's model."""
-    latency_profile: LatencyProfile | None
-    """The latency profile behind it (provenance)."""
-    price_per_hour: float
-    """USD per GPU-hour (profile, or the plan's override)."""
-
-
-def default_policies() -> tuple[str, ...]:
-    """DEFAULT_POLICIES that this build's catalogue knows."""
-    return tuple(p for p in DEFAULT_POLICIES if p.partition(":")[0] in POLICIES)
-
-
-def gpu_setups(cfg: PlanConfig, model: ModelProfile) -> list[GpuSetup]:
-    """Each GPU of ``cfg`` with its latency model and price."""
-    prices = cfg.price_overrides
-    out = []
-    for name in dict.fromkeys(cfg.gpus):
-        g = load_gpu(name)
-        prof = resolve_latency(g, model, cfg.latency)
-        out.append(GpuSetup(g, build_latency_model(g, model, prof), prof,
-                            prices.get(g.name, prices.get(name, g.cost_per_hour))))  # fmt: skip
-    unknown = set(prices) - {s.gpu.name for s in out} - set(cfg.gpus)
-    if unknown:
-        raise ConfigError(f"--cost-per-hour names GPUs not planned: {', '.join(sorted(unknown))}",
-                          hint="use the names given to --gpus")  # fmt: skip
-    return out
 
 
 def _scaled(table, cfg: PlanConfig, window_s: float):
@@ -94,23 +53,24 @@ def _scaled(table, cfg: PlanConfig, window_s: float):
 
 def _combo(shared: tuple[list[NodeContext], NodeConfig, PlanConfig, dict], item) -> Combo:
     """Minimal nodes for one (GPU index, policy, router): an executor task."""
-    ctxs, ncfg, cfg, starts = shared
+    ctxs, ncfg, cfg, starts, starts_r = shared
     gi, spec, router = item
     ctx = ctxs[gi]
     counts: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
     n_w = ctx.n_windows(ncfg.window_s)
 
+    hint = [starts_r.get((gi, spec), 0.5)]
+
     def evaluate(n: int) -> Point:
         ccfg = ClusterConfig(nodes=n, router=router, node=ncfg, seed=cfg.seed)
-        pt = run_point(ctx, ccfg, spec, cfg.oracle)
-        p99, att = float(pt.overall["p99_ms"]), float(pt.overall["slo_attainment"])
-        ok = bool(p99 <= ncfg.slo_ms and att >= cfg.attainment)  # NaN fails
-        size = np.bincount(pt.window_idx, minlength=n_w).astype(np.int64)
-        met = np.bincount(pt.window_idx, weights=pt.sojourn_s <= ncfg.slo_ms / 1e3,
+        ev = meets(ctx, ccfg, spec, cfg.oracle, cfg.attainment, hint=hint[0])
+        size = np.bincount(ev.window_idx, minlength=n_w).astype(np.int64)
+        met = np.bincount(ev.window_idx, weights=ev.sojourn_s <= ncfg.slo_ms / 1e3,
                           minlength=n_w).astype(np.int64)  # fmt: skip
-        r = pt.fleet_static.ratio if pt.fleet_static is not None else math.nan
-        counts[n] = (size, met, r)
-        return Point(n, ok, p99, att)
+        counts[n] = (size, met, ev.ratio)
+        if ev.passes and ev.ratio == ev.ratio:
+            hint[0] = ev.ratio  # the next size tries the r that just passed first
+        return Point(n, ev.passes, ev.p99_ms, ev.slo_attainment)
 
     s = minimal_nodes(evaluate, start=starts[(gi, spec)], max_nodes=cfg.max_nodes)
     return Combo(gi, spec, router, s, counts)
@@ -141,12 +101,12 @@ def plan(
     ctxs = [prepare_context(arrays, s.gpu, model, s.latency, pool_bytes=cfg.pool_bytes,
                             pool_fraction=cfg.pool_fraction, latency_profile=s.latency_profile)
             for s in setups]  # fmt: skip
-    curves, starts = [], {}
+    curves, starts, starts_r = [], {}, {}
     for gi, (s, ctx) in enumerate(zip(setups, ctxs, strict=True)):
         ls = LoadSetup(table=scaled, gpu=s.gpu, model=model, latency=s.latency,
                        latency_profile=s.latency_profile, pool_bytes=ctx.pool_bytes, node=ncfg,
                        oracle=cfg.oracle, scale_by=cfg.scale_by, attainment=cfg.attainment,
-                       seed=cfg.seed)  # fmt: skip
+                       seed=cfg.seed, max_requests=cfg.load_max_requests)  # fmt: skip
         f0 = start_factor(ls)
         factors = [f0 / 2, f0, f0 * 2] if cfg.load_curve else [f0]
         lc = load_curve(ls, list(policies), factors,
@@ -155,6 +115,8 @@ def plan(
         curves.append(lc)
         for p in policies:
             starts[(gi, p)] = min(first_guess(scaling.qps_after, lc.max_qps[p]), cfg.max_nodes)
+            r_max = lc.ratio_at_max.get(p, math.nan)
+            starts_r[(gi, p)] = r_max if r_max == r_max else 0.5
     routers = tuple(dict.fromkeys(cfg.routers))
     items = [(gi, p, r) for gi in range(len(setups)) for p in policies for r in routers]
     base = (BASELINE_POLICY, cfg.baseline_router)
@@ -162,6 +124,6 @@ def plan(
         if base not in {(p, r) for _, p, r in items}:
             items.append((gi, *base))
             starts.setdefault((gi, BASELINE_POLICY), starts.get((gi, policies[0]), 1))
-    combos = ex.map(_combo, items, shared=(ctxs, ncfg, cfg, starts), progress=progress,
+    combos = ex.map(_combo, items, shared=(ctxs, ncfg, cfg, starts, starts_r), progress=progress,
                     label=lambda it: f"{setups[it[0]].gpu.name} {it[1]} {it[2]}")  # fmt: skip
     return build_result(cfg, ncfg, scaling, setups, ctxs, curves, combos, policies, routers)

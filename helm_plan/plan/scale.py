@@ -60,10 +60,17 @@ class Scaling:
     """Distinct items (unchanged by either method)."""
 
 
+MAX_FACTOR = 10_000.0
+"""Largest scale factor accepted (beyond it a trace is a handful of requests stretched thin)."""
+
+
 def peak_qps(ts_s: np.ndarray, window_s: float) -> float:
-    """The busiest ``window_s`` window's arrival rate."""
+    """The busiest ``window_s`` window's arrival rate (the mean rate when the trace spans
+    less than one window: a window longer than the trace would dilute its rate)."""
     if len(ts_s) == 0:
         return 0.0
+    if len(ts_s) > 1 and float(ts_s[-1] - ts_s[0]) < window_s:
+        return _mean_qps(np.asarray(ts_s))
     w = np.floor(np.asarray(ts_s) / window_s).astype(np.int64)
     return float(np.bincount(w - w.min()).max() / window_s)
 
@@ -87,8 +94,8 @@ def scale(
 ) -> tuple[pa.Table, Scaling]:
     """``table`` scaled to ``factor`` times its arrival rate (see the module docstring)."""
     require_positive("scale factor", factor)
-    if not np.isfinite(factor) or factor > 10_000:
-        raise ConfigError(f"scale factor must be finite and <= 10000, got {factor}",
+    if not np.isfinite(factor) or factor > MAX_FACTOR:
+        raise ConfigError(f"scale factor must be finite and <= {MAX_FACTOR:g}, got {factor}",
                           hint="pass a smaller --scale or --peak-qps")  # fmt: skip
     if by not in set(ScaleBy):
         raise ConfigError(f"unknown scaling {by!r}", hint="use users or time")

@@ -206,6 +206,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("cluster-oracle", ["cluster", "t.parquet", "--policy", "oracle"], "no per-node meaning"),
     ("cluster-empty-grid", ["cluster", "t.parquet", "--routers", ","], "--routers is empty"),
     ("cluster-span", ["cluster", "gap.parquet", "--policy", "kv-max"], "raise --window-s"),
+    ("plan-unknown-gpu", ["plan", "t.parquet", "--gpus", "tpu-v9"], "tpu-v9"),
+    ("plan-no-policy", ["plan", "t.parquet", "--policies", ","], "--policies is empty"),
     (
         "simulate-pool-fraction",
         ["simulate", "t.parquet", "--pool-fraction", "1e6"],

@@ -15,25 +15,10 @@ import math
 import numpy as np
 import pytest
 from cluster_fixtures import coeff_latency, context, small_model
+from queueing import MEAN_CAND, md1_wait_cdf, poisson_table, quantile
 
-from helm_plan import trace
 from helm_plan.cluster import ClusterConfig, simulate_cluster
 from helm_plan.sim import NodeConfig
-
-MEAN_CAND = 1000
-
-
-def poisson_table(n: int, rate: float, seed: int, *, exp_service: bool):
-    rng = np.random.default_rng(seed)
-    ts = np.cumsum(rng.exponential(1.0 / rate, n))
-    ts -= ts[0]
-    users = rng.integers(0, 5000, n)
-    off = np.zeros(n + 1, np.int64)
-    if exp_service:
-        return trace.make_table(ts, users, off, np.zeros(0, np.int64),
-                                rng.geometric(1.0 / MEAN_CAND, n))  # fmt: skip
-    return trace.make_table(ts, users, off, np.zeros(0, np.int64), np.ones(n, np.int64),
-                            candidates_offsets=np.arange(n + 1), candidates_values=np.zeros(n))  # fmt: skip
 
 
 def run(n, n_nodes, rho, router, *, exp_service, seed=0, d=1e-3):
@@ -48,21 +33,6 @@ def run(n, n_nodes, rho, router, *, exp_service, seed=0, d=1e-3):
                                                    seed=seed))  # fmt: skip
     wait = res.sojourn_s - res.service_s
     return float(wait.mean()), float(np.percentile(res.sojourn_s, 99)), res
-
-
-def md1_wait_cdf(x: float, lam: float, d: float) -> float:
-    """Erlang's M/D/1 waiting-time distribution P(W <= x)."""
-    s = sum((lam * (k * d - x)) ** k / math.factorial(k) * math.exp(-lam * (k * d - x))
-            for k in range(int(math.floor(x / d)) + 1))  # fmt: skip
-    return (1.0 - lam * d) * s
-
-
-def quantile(cdf, q: float, hi: float) -> float:
-    lo = 0.0
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < q else (lo, mid)
-    return (lo + hi) / 2
 
 
 def erlang_c(n: int, a: float) -> float:

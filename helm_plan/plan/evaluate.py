@@ -1,0 +1,99 @@
+"""One fleet at one load: does a policy meet "P99 ≤ T and attainment ≥ A"?
+
+Every size the plan's search tries and every point of the load curve is one
+call of :func:`meets`.
+
+``best-static`` asks a different question here than in ``cluster``: not
+"which r has the lowest P99" but "**is there** one fleet-wide static r that
+meets the SLO", which is what sizing needs (an operator deploys any split
+that meets it). The r are tried nearest the caller's hint first (the r that
+passed at a neighbouring size or load) and the first that passes answers,
+so a passing size usually costs one simulation. A size fails only after the
+whole set :func:`~helm_plan.cluster.policies.fleet_best_static` would search
+failed: the oracle's coarse grid, then the two half-steps around its
+lowest-P99 point.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from helm_plan.cluster import ClusterConfig
+from helm_plan.cluster.compare import run_point
+from helm_plan.oracle import OracleConfig
+from helm_plan.oracle.search import ratio_grid
+from helm_plan.plan.config import BASELINE_POLICY
+from helm_plan.sim.context import NodeContext
+
+
+@dataclass(frozen=True, eq=False)
+class Evaluation:
+    """One fleet size (or load) under one policy and router."""
+
+    passes: bool
+    """P99 ≤ SLO and attainment ≥ the target (NaN fails)."""
+    p99_ms: float
+    """Fleet-wide P99 sojourn of the measured requests, ms."""
+    slo_attainment: float
+    """Share of measured requests within the SLO."""
+    sojourn_s: np.ndarray
+    """Sojourn per measured request, s."""
+    window_idx: np.ndarray
+    """Window of each measured request."""
+    ratio: float
+    """The static r behind a ``best-static`` answer (NaN for other policies)."""
+    simulations: int
+    """Cluster simulations this answer took."""
+
+
+def _one(ctx, ccfg, spec, oracle, attainment) -> Evaluation:
+    pt = run_point(ctx, ccfg, spec, oracle)
+    p99, att = float(pt.overall["p99_ms"]), float(pt.overall["slo_attainment"])
+    ok = bool(p99 <= ccfg.node.slo_ms and att >= attainment)
+    return Evaluation(ok, p99, att, pt.sojourn_s, pt.window_idx, math.nan, 1)
+
+
+def meets(
+    ctx: NodeContext,
+    ccfg: ClusterConfig,
+    spec: str,
+    oracle: OracleConfig,
+    attainment: float,
+    hint: float = 0.5,
+) -> Evaluation:
+    """Serve ``ctx`` on ``ccfg`` under ``spec``; ``best-static`` searches as the module says."""
+    if spec != BASELINE_POLICY:
+        return _one(ctx, ccfg, spec, oracle, attainment)
+    grid = [round(float(r), 9) for r in ratio_grid(oracle.coarse_step)]
+    tried: dict[float, Evaluation] = {}
+
+    def attempt(rs: list[float]) -> Evaluation | None:
+        for r in sorted(rs, key=lambda r: (abs(r - hint), r)):
+            if r in tried:
+                continue
+            ev = _one(ctx, ccfg, f"static:{r:g}", oracle, attainment)
+            tried[r] = Evaluation(ev.passes, ev.p99_ms, ev.slo_attainment, ev.sojourn_s,
+                                  ev.window_idx, r, len(tried) + 1)  # fmt: skip
+            if ev.passes:
+                return tried[r]
+        return None
+
+    found = attempt(grid)
+    if found is None:
+
+        def key(r):  # the fleet search's order: lowest P99, then higher attainment, then r
+            e = tried[r]
+            return (e.p99_ms if math.isfinite(e.p99_ms) else math.inf, -e.slo_attainment, r)
+
+        best = min(tried, key=key)
+        half = oracle.coarse_step / 2
+        found = attempt([round(r, 9) for r in (best - half, best + half) if 0.0 <= r <= 1.0])
+        if found is None:
+            e = tried[min(tried, key=key)]
+            found = Evaluation(False, e.p99_ms, e.slo_attainment, e.sojourn_s, e.window_idx,
+                               e.ratio, len(tried))  # fmt: skip
+    return Evaluation(found.passes, found.p99_ms, found.slo_attainment, found.sojourn_s,
+                      found.window_idx, found.ratio, len(tried))  # fmt: skip

@@ -1,0 +1,67 @@
+"""`helm-plan plan` through typer's CliRunner: the JSON document, plan.json, the table and errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import small_table
+from helm_plan_cli.main import app
+from typer.testing import CliRunner
+
+from helm_plan import trace
+
+runner = CliRunner()
+ARGS = ["--gpus", "a100-80g", "--policies", "static:0.5,emb-max", "--routers", "jsq,helm",
+        "--slo-ms", "5", "--pool-fraction", "0.3", "--window-s", "2", "--max-nodes", "8",
+        "--cost-per-hour", "a100-80g=2"]  # fmt: skip
+
+
+@pytest.fixture
+def tr(tmp_path):
+    p = tmp_path / "t.parquet"
+    trace.write(small_table(1200, n_users=80, rate_qps=200.0, seed=1), p, {"source": "test"})
+    return p
+
+
+def test_json_and_plan_file_agree(tr, tmp_path):
+    out = tmp_path / "plan.json"
+    res = runner.invoke(app, ["plan", str(tr), *ARGS, "--scale", "3", "--json", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["command"] == "plan" and doc["schema_version"] == 1
+    assert json.loads(out.read_text())["capacity"] == doc["capacity"]
+    rows = {(r["policy"], r["router"]): r for r in doc["capacity"]}
+    # 2 policies x 2 routers, plus the best-static + jsq baseline every saving is measured from
+    assert set(rows) == {(p, r) for p in ("static:0.5", "emb-max") for r in ("jsq", "helm")} | {
+        ("best-static", "jsq")
+    }
+    assert rows[("best-static", "jsq")]["baseline"]
+    for r in doc["capacity"]:
+        if r["nodes"] is not None:
+            assert r["usd_per_day"] == pytest.approx(r["nodes"] * 2.0 * 24)
+    assert doc["scaling"]["factor"] == 3 and doc["scaling"]["method"] == "users"
+    assert doc["answer"] and doc["load_curve"]
+
+
+def test_table_names_the_cheapest_fleet(tr):
+    res = runner.invoke(app, ["plan", str(tr), *ARGS, "--no-load-curve", "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert "base" in res.output and "Cheapest:" in res.output and "emb-max" in res.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--peak-qps", "100", "--scale", "2"], "--peak-qps or --scale, not both"),
+        (["--cost-per-hour", "a100-80g"], "is not GPU=USD"),
+        (["--cost-per-hour", "h100-80g=3"], "GPUs not planned"),
+        (["--routers", ","], "--routers is empty"),
+        (["--attainment", "1.5"], "attainment"),
+    ],
+)
+def test_bad_options_are_one_line(tr, extra, needle):
+    res = runner.invoke(app, ["plan", str(tr), *ARGS, *extra])
+    assert res.exit_code == 2, res.output
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], res.output
