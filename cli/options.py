@@ -254,3 +254,27 @@ SloMsModelOpt = Annotated[
         show_default=False,
     ),
 ]
+
+# plan and analyze: the traffic being planned for
+AttainmentOpt = Annotated[
+    float, typer.Option("--attainment", help="Share of requests that must meet the SLO.")
+]
+PeakQpsOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--peak-qps", help="Plan for this rate in the busiest window (req/s).", show_default=False
+    ),  # fmt: skip
+]
+ScaleOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--scale", help="Plan for the trace's rate times this factor.", show_default=False
+    ),  # fmt: skip
+]
+NoCapacityOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-capacity",
+        help="Skip planning: analyse the trace at its own load on one node.",
+    ),
+]

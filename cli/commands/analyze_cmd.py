@@ -14,12 +14,15 @@ from helm_plan_cli.options import (
     JsonOpt,
     LatencyOpt,
     ModelProfileOptionalOpt,
+    NoCapacityOpt,
+    PeakQpsOpt,
     PlanFileOpt,
     PoolBytesOpt,
     PoolFractionOpt,
     QuietOpt,
     RayAddressOpt,
     RunDirOpt,
+    ScaleOpt,
     SeedOptionalOpt,
     SloMsOptionalOpt,
     WindowSOptionalOpt,
@@ -94,6 +97,9 @@ def analyze_command(
     executor: ExecutorOptionalOpt = None,
     ray_address: RayAddressOpt = None,
     seed: SeedOptionalOpt = None,
+    peak_qps: PeakQpsOpt = None,
+    scale: ScaleOpt = None,
+    no_capacity: NoCapacityOpt = False,
     demo: DemoOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -114,7 +120,8 @@ def analyze_command(
     overrides = {
         "gpu": gpu, "model": model, "latency": latency, "slo_ms": slo_ms, "window_s": window_s,
         "pool_bytes": pool_bytes, "pool_fraction": pool_fraction, "workers": workers, "seed": seed,
-        "executor": executor, "ray_address": ray_address,
+        "executor": executor, "ray_address": ray_address, "peak_qps": peak_qps, "scale": scale,
+        "capacity": False if no_capacity else None,
     }  # fmt: skip
     if pool_bytes is not None:
         overrides["pool_fraction"] = None

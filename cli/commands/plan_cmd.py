@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from helm_plan_cli.options import (
     NODE,
+    AttainmentOpt,
     BatchingOpt,
     BatchMaxOpt,
     BatchTimeoutOpt,
@@ -18,10 +19,12 @@ from helm_plan_cli.options import (
     JsonOpt,
     LatencyOpt,
     ModelOpt,
+    PeakQpsOpt,
     PoolBytesOpt,
     PoolFractionOpt,
     QuietOpt,
     RayAddressOpt,
+    ScaleOpt,
     SeedOpt,
     SloMsModelOpt,
     SlotsOpt,
@@ -57,21 +60,6 @@ PoliciesOpt = Annotated[
     ),
 ]
 RoutersOpt = Annotated[str, typer.Option("--routers", help="Comma list of routers.")]
-AttainmentOpt = Annotated[
-    float, typer.Option("--attainment", help="Share of requests that must meet the SLO.")
-]
-PeakQpsOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--peak-qps", help="Plan for this rate in the busiest window (req/s).", show_default=False
-    ),  # fmt: skip
-]
-ScaleOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--scale", help="Plan for the trace's rate times this factor.", show_default=False
-    ),  # fmt: skip
-]
 ScaleByOpt = Annotated[
     str,
     typer.Option("--scale-by", help="users (clone users, keep the catalogue) or time (compress)."),

@@ -60,6 +60,20 @@ class AnalyzeConfig:
     """Bootstrap resamples (over windows) of the value-of-adaptivity CI."""
     confidence: float = 0.95
     """Confidence level of the bootstrap CI."""
+    capacity: bool = True
+    """Plan first and analyse one node of the SLO-binding fleet (False: the trace as it is)."""
+    peak_qps: float | None = None
+    """Plan for this rate in the busiest window, requests/s (None: the trace's own)."""
+    scale: float | None = None
+    """Plan for the trace's rate times this factor (instead of peak_qps)."""
+    attainment: float = 0.99
+    """Share of requests the plan requires within the SLO."""
+    routers: tuple[str, ...] = ("jsq", "affinity", "kv-overlap", "helm")
+    """Routers the plan and the routing comparison cover."""
+    max_nodes: int = 64
+    """Largest fleet the plan considers."""
+    capacity_max_requests: int = 100_000
+    """Largest trace one point of the plan's single-node load curve simulates."""
     node: NodeConfig = field(default_factory=NodeConfig)
     """Node simulator settings (plan section ``[node]``; slo_ms/window_s come from here)."""
     oracle: OracleConfig = field(default_factory=lambda: OracleConfig(**ORACLE_DEFAULTS))
@@ -76,6 +90,8 @@ class AnalyzeConfig:
                 f"n_boot must be >= 10, got {self.n_boot}", hint="set n_boot >= 10 in [analyze]"
             )
         require_int("seed", self.seed, 0)
+        if self.peak_qps is not None and self.scale is not None:
+            raise ConfigError("give --peak-qps or --scale, not both", hint="drop one of the two")
         ExecutorConfig(self.executor, self.workers, self.ray_address)  # validates them
         # One source of truth for shared settings: propagate into the stage configs.
         node = dataclasses.replace(self.node, slo_ms=self.slo_ms, window_s=self.window_s)

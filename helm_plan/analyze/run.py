@@ -1,7 +1,7 @@
 """``helm-plan analyze``: the end-to-end pipeline with a resumable stage cache.
 
-Stages run in order: ``inspect`` → ``curves`` → ``oracle`` → ``policies`` →
-``report`` (see :mod:`helm_plan.analyze.stages`). Each finished stage is
+Stages run in order: ``inspect`` → ``curves`` → ``capacity`` → ``oracle`` →
+``policies`` → ``report`` (see :mod:`helm_plan.analyze.stages`). Each finished stage is
 stored atomically in ``DIR/.stages/<stage>-<key>.{json,parquet}``, where
 ``key`` is a SHA-256 over the trace's SHA-256, the resolved profile contents,
 the stage's config and the keys of the upstream stages it reads. A rerun with
@@ -30,7 +30,14 @@ import polars as pl
 
 from helm_plan import exec as executors
 from helm_plan import io, rundir, synth, trace
+from helm_plan.analyze.capacity import oracle_shortcut
 from helm_plan.analyze.config import AnalyzeConfig
+from helm_plan.analyze.operating import (
+    capacity_inputs,
+    operating_context,
+    shortcut_note,
+    stage_capacity,
+)
 from helm_plan.analyze.stage_cache import StageCache, stable_hash, versions
 from helm_plan.analyze.stages import (
     StageOutput,
@@ -50,7 +57,7 @@ from helm_plan.sim import NodeContext, load_context
 from helm_plan.synth import SynthConfig
 
 ProgressFactory = Callable[[str], AbstractContextManager[Progress]]
-STAGES = ("inspect", "curves", "oracle", "policies", "report")
+STAGES = ("inspect", "curves", "capacity", "oracle", "policies", "report")
 """Pipeline stages in run order."""
 STAGE_VERSION = "1"
 """Bump to invalidate every cached stage (a change in what a stage computes)."""
@@ -181,6 +188,21 @@ def _run_analyze(
 
         cached_or("inspect", lambda tick: stage_inspect(tpath, ctx, tick))
         cached_or("curves", lambda tick: stage_curves(ctx, cfg.curves, tick))
+        op_ctx, ocfg, keys_op, shortcut = ctx, cfg.oracle, {}, {}
+        if cfg.capacity:
+            table = trace.read(tpath)
+            keys["capacity"] = stable_hash({**base, "stage": "capacity",
+                                            "plan": asdict(capacity_inputs(cfg))})  # fmt: skip
+            cap = cached_or("capacity", lambda tick: stage_capacity(
+                table, ctx, capacity_inputs(cfg), tick, executor))  # fmt: skip
+            op_ctx = operating_context(
+                table, ctx, cap.meta["per_node_factor"], cfg.seed, cfg.window_s
+            )
+            keys_op = {"op": cap.meta["per_node_factor"]}
+        if op_ctx.footprint_bytes <= op_ctx.pool_bytes:
+            ocfg, shortcut = oracle_shortcut(cfg.oracle), shortcut_note(op_ctx, cfg)
+        keys["oracle"] = stable_hash({"up": keys["oracle"], **keys_op, "cfg": asdict(ocfg)})
+        keys["policies"] = stable_hash({"up": keys["policies"], **keys_op, "o": keys["oracle"]})
         lab_path = cache.path("oracle", keys["oracle"], "parquet")
         labels = None
         if lab_path.is_file():
@@ -188,18 +210,19 @@ def _run_analyze(
                 labels = read_labels(lab_path)
         with stage("oracle", labels is not None) as tick:
             if labels is None:
-                labels = stage_oracle(ctx, cfg.node, cfg.oracle, tick, executor)
+                labels = stage_oracle(op_ctx, cfg.node, ocfg, tick, executor)
                 write_labels(labels, lab_path)
             else:
                 tick(1, 1)
         cached_or("policies", lambda tick: stage_policies(
-            ctx, cfg.node, cfg.oracle, labels, n_boot=cfg.n_boot, confidence=cfg.confidence,
+            op_ctx, cfg.node, ocfg, labels, n_boot=cfg.n_boot, confidence=cfg.confidence,
             seed=cfg.seed, progress=tick, executor=executor))  # fmt: skip
 
         t_rep = time.perf_counter()
         with pf("report") as tick:
             tick(0, 4)
-            run = _run_data(tpath, sha, cfg, ctx, lat_prof, labels, outputs, runs, command)
+            run = _run_data(tpath, sha, cfg, op_ctx, lat_prof, labels, outputs, runs, command)
+            run.meta.update(shortcut, trace_requests=int(ctx.arrays.n_requests))
             store_path = write_store(out / "helm.duckdb", run)
             tick(1, 4)
             labels_path = write_labels(labels, out / "labels.parquet")
@@ -211,7 +234,7 @@ def _run_analyze(
             summary_path = io.write_json(out / "summary.json", summary)
             tick(4, 4)
         return AnalyzeResult(out, report_path, summary_path, store_path, labels_path, summary,
-                             tuple(runs), ctx.notes)  # fmt: skip
+                             tuple(runs), op_ctx.notes)  # fmt: skip
 
 
 def _config_table(cfg: AnalyzeConfig) -> pl.DataFrame:

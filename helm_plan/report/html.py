@@ -25,12 +25,15 @@ from helm_plan._data import data_dir
 from helm_plan._version import __version__
 from helm_plan.inspect import LABELS as STAT_LABELS
 from helm_plan.report import figures
+from helm_plan.report.capacity import capacity_body, routing_body
 from helm_plan.report.store import RunData
 from helm_plan.report.summary import flat_tol, headline, stats_dict, verdict
 
 Fmt = Callable[[Any], str]
 SECTION_TITLES = {
     "summary": "Summary",
+    "capacity": "Capacity",
+    "routing": "Routing",
     "workload": "Workload",
     "curves": "Cache curves",
     "latency": "Latency model",
@@ -336,12 +339,18 @@ def _repro(run: RunData) -> str:
     )
 
 
+FMTS = {"text": f_text, "num": f_num(), "pct": f_pct, "fixed": f_fixed}
+"""Formatters the capacity module's sections use."""
+
+
 def render(run: RunData) -> str:
     """The whole report page as a string."""
 
     figs = _Figs()
     bodies = {
         "summary": _summary(run),
+        "capacity": capacity_body(run, lambda f: figs.add("capacity", f), table, FMTS),
+        "routing": routing_body(run, lambda f: figs.add("routing", f), table, FMTS),
         "workload": _workload(run, figs),
         "curves": _curves(run, figs),
         "latency": _latency(run, figs),

@@ -143,11 +143,43 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
+FITS_NOTE = "the trace's whole EMB+KV footprint"
+"""How the footprint-fits note (sim.context) begins."""
+
+
+def capacity_bullets(run: RunData) -> list[str]:
+    """The first screen: the footprint-fits note (the CLI's words) and the capacity answer."""
+    m = run.meta
+    out = [n[0].upper() + n[1:] + "." for n in m.get("notes", []) if n.startswith(FITS_NOTE)]
+    if m.get("footprint_fits") and m.get("oracle_time_saved_s") is not None:
+        out.append(f"The oracle ran its coarse grid only (no Optuna trials): about "
+                   f"{m['oracle_time_saved_s']:.1f} s saved on an answer known up front.")  # fmt: skip
+    return out + list(m.get("capacity_answer", []))
+
+
+def capacity_summary(run: RunData) -> dict[str, Any] | None:
+    """summary.json's ``capacity`` object (None when planning was skipped)."""
+    cap = run.table("capacity")
+    if cap.is_empty():
+        return None
+    m = run.meta
+    return {
+        "answer": list(m.get("capacity_answer", [])),
+        "scaling": m.get("capacity_scaling"),
+        "operating_nodes": m.get("operating_nodes"),
+        "per_node_factor": m.get("per_node_factor"),
+        "rows": cap.to_dicts(),
+        "savings": run.table("capacity_savings").to_dicts(),
+        "max_qps": run.table("max_qps").to_dicts(),
+        "routing": run.table("routing").to_dicts(),
+    }
+
+
 def verdict(run: RunData) -> list[str]:
     """Plain-language findings, most important first."""
     h = headline(run)
     s = sensitivity_summary(run)
-    out: list[str] = []
+    out: list[str] = capacity_bullets(run)
     bs, orc, voa = h["best_static"], h["oracle"], h["value_of_adaptivity"]
     pols = {p["name"]: p for p in h["policies"]}
     ref = bs["p99_ms"]
@@ -244,6 +276,7 @@ def build_summary(run: RunData) -> dict[str, Any]:
             )
         },  # fmt: skip
     }
+    out["capacity"] = capacity_summary(run)
     out.update(headline(run))
     out["sensitivity"] = sensitivity_summary(run)
     out["verdict"] = verdict(run)

@@ -91,8 +91,9 @@ def prepare_context(
     if pool.pool_bytes >= fp:
         notes.append(
             f"the trace's whole EMB+KV footprint ({fp / 2**30:.3g} GiB) fits in the "
-            f"{pool.pool_bytes / 2**30:.3g} GiB pool, so the caches do not compete; "
-            "use --pool-fraction < 1 to study the split"
+            f"{pool.pool_bytes / 2**30:.3g} GiB pool, so the caches do not compete and the "
+            "split does not matter here; use --pool-fraction < 1, --scale or synth --like "
+            "--scale to study a larger workload"
         )
     first_visit = np.zeros(arrays.n_requests, bool)
     first_visit[np.unique(arrays.user, return_index=True)[1]] = True

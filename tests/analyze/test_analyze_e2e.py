@@ -76,7 +76,9 @@ def test_summary_matches_separate_simulations(run):
     )
     assert voa["ci_low"] <= voa["ci_high"]
     assert s["seed"] == 3 and s["trace_sha256"] == trace.sha256(tp)
-    assert set(s["timings_s"]) == {"inspect", "curves", "oracle", "policies", "report"}
+    assert set(s["timings_s"]) == {"inspect", "curves", "capacity", "oracle", "policies", "report"}
+    # at its own load one node serves this trace, so the analysed node is the trace itself
+    assert s["capacity"]["operating_nodes"] == 1 and s["capacity"]["per_node_factor"] == 1.0
     assert {"python", "numpy", "numba", "polars", "duckdb", "optuna", "torch", "plotly"} <= set(
         s["versions"]
     )
@@ -88,7 +90,7 @@ def test_outputs_and_store_tables(run):
     assert names == [".stages", "helm.duckdb", "labels.parquet", "report.html", "run.json",
                      "summary.json"]  # fmt: skip
     stages = sorted(p.name.split("-")[0] for p in (res.out_dir / ".stages").iterdir())
-    assert stages == ["curves", "inspect", "oracle", "policies"]
+    assert stages == ["capacity", "curves", "inspect", "oracle", "policies"]
     con = duckdb.connect(str(res.store_path), read_only=True)
     try:
         tables = {
@@ -99,7 +101,8 @@ def test_outputs_and_store_tables(run):
         con.close()
     want = {"stats", "curves", "curve_knees", "labels", "labels_grid", "policy_windows",
             "policies", "latency_coef", "latency_terms", "sensitivity", "adaptivity", "config",
-            "versions", "timings", "run_meta", "workload_arrivals"}  # fmt: skip
+            "versions", "timings", "run_meta", "workload_arrivals", "capacity",
+            "capacity_savings", "load_curve", "max_qps", "routing"}  # fmt: skip
     assert want <= tables
     assert n_pw == 5 * len(read_labels(res.labels_path).r_star)
 
@@ -109,7 +112,7 @@ def test_rerun_reuses_every_stage_and_report_rebuilds_identically(run):
 
     tp, res = run
     again = run_analyze(tp, build_config(PLAN), res.out_dir)
-    assert [s.cached for s in again.stages] == [True, True, True, True, False]
+    assert [s.cached for s in again.stages] == [True, True, True, True, True, False]
     for a, b in zip(again.summary["policies"], res.summary["policies"], strict=True):
         assert a == b
     before = res.report_path.read_bytes()

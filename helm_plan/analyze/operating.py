@@ -1,0 +1,85 @@
+"""Where ``analyze`` looks: the capacity stage's inputs, and one node of the SLO-binding fleet.
+
+:mod:`helm_plan.analyze.capacity` plans; this module adapts ``AnalyzeConfig``
+to it, turns its per-node share into the node context the oracle and the
+policy stages replay, and prices the footprint-fits shortcut.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from helm_plan.analyze.capacity import (
+    Capacity,
+    CapacityInputs,
+    capacity,
+    capacity_meta,
+    capacity_tables,
+)
+from helm_plan.analyze.config import AnalyzeConfig
+from helm_plan.analyze.stages import StageOutput
+from helm_plan.arrays import from_table
+from helm_plan.exec import Executor, Progress
+from helm_plan.plan import PlanConfig
+from helm_plan.plan.scale import scale
+from helm_plan.sim import NodeContext, prepare_context, simulate_node
+
+
+def capacity_inputs(cfg: AnalyzeConfig) -> CapacityInputs:
+    """The plan analyze runs: the analysed GPU, model, pool and SLO, at the planned traffic."""
+    pcfg = PlanConfig(
+        gpus=(cfg.gpu,), model=cfg.model, latency=cfg.latency, slo_ms=cfg.slo_ms,
+        attainment=cfg.attainment, routers=tuple(cfg.routers), peak_qps=cfg.peak_qps,
+        scale=cfg.scale, max_nodes=cfg.max_nodes, pool_bytes=cfg.pool_bytes,
+        pool_fraction=cfg.pool_fraction, node=cfg.node, oracle=cfg.oracle,
+        load_max_requests=cfg.capacity_max_requests, n_boot=cfg.n_boot,
+        ci_level=cfg.confidence, seed=cfg.seed,
+    )  # fmt: skip
+    return CapacityInputs(plan=pcfg, node=cfg.node, oracle=cfg.oracle)
+
+
+def stage_capacity(
+    table: pa.Table,
+    ctx: NodeContext,
+    inp: CapacityInputs,
+    progress: Progress | None = None,
+    executor: Executor | None = None,
+) -> StageOutput:
+    """The capacity stage's tables and scalars (the stage cache stores them)."""
+    c: Capacity = capacity(table, ctx, inp, executor=executor, progress=progress)
+    return StageOutput(tables=capacity_tables(c), meta=capacity_meta(c))
+
+
+def operating_context(
+    table: pa.Table, ctx: NodeContext, factor: float, seed: int, window_s: float
+) -> NodeContext:
+    """One node's share of the planned traffic: the trace scaled by ``factor`` (users)."""
+    if abs(factor - 1.0) < 1e-12:
+        return ctx
+    t, _ = scale(table, factor, by="users", window_s=window_s, seed=seed)
+    return prepare_context(from_table(t, seed=seed), ctx.gpu, ctx.model, ctx.latency,
+                           pool_bytes=ctx.pool_bytes, latency_profile=ctx.latency_profile)  # fmt: skip
+
+
+def shortcut_note(ctx: NodeContext, cfg: AnalyzeConfig) -> dict[str, Any]:
+    """What skipping the Optuna trials saves when the footprint fits (one replay timed)."""
+    t0 = time.perf_counter()
+    simulate_node(ctx, 0.5, cfg.node)
+    replay_s = time.perf_counter() - t0
+    # each trial replays one window, so a trial per window costs about one whole-trace replay
+    return {
+        "footprint_fits": True,
+        "oracle_trials_skipped": cfg.oracle.trials,
+        "oracle_time_saved_s": round(cfg.oracle.trials * replay_s, 3),
+    }
+
+
+__all__ = [
+    "capacity_inputs",
+    "operating_context",
+    "shortcut_note",
+    "stage_capacity",
+]
