@@ -76,6 +76,22 @@ def test_best_static_identical_to_local(rex, ctx):
     assert _ipc(got.evaluated) == _ipc(want.evaluated)
 
 
+def test_capacity_plan_identical_to_local(rex):
+    from helm_plan.plan import PlanConfig, plan
+
+    t = small_table(1200, n_users=120, n_items=900, max_new=4, n_candidates=8, rate_qps=300.0,
+                    seed=4)  # fmt: skip
+    cfg = PlanConfig(gpus=("a100-80g",), policies=("best-static", "emb-max"),
+                     routers=("jsq", "helm"), slo_ms=2.0, pool_fraction=0.3, scale=3.0,
+                     max_nodes=8, node=NodeConfig(window_s=2.0), n_boot=50,
+                     oracle=OracleConfig(coarse_step=0.5), load_max_requests=8000)  # fmt: skip
+    want = plan(t, cfg, executor=executors.local(1))
+    got = plan(t, cfg, executor=rex)
+    for name in ("capacity", "evaluated", "savings", "load_curve", "max_qps"):
+        assert _ipc(getattr(got, name)) == _ipc(getattr(want, name)), name
+    assert got.answer == want.answer
+
+
 def test_analyze_summary_identical_to_local(rex, tmp_path):
     t = small_table(1500, n_users=150, n_items=2000, max_new=8, n_candidates=16, seed=3)
     tp = trace.write(t, tmp_path / "t.parquet", {"source": "tests.small_table", "seed": 3})

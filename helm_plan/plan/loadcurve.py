@@ -170,7 +170,10 @@ def load_curve(
     n = setup.table.num_rows
     f_cap = setup.max_requests / n if setup.scale_by == "users" and n else MAX_FACTOR
     f_cap = min(f_cap, MAX_FACTOR)
-    factors = sorted({min(float(f), f_cap) for f in factors})
+    clamped = sorted({min(float(f), f_cap) for f in factors})
+    if len(clamped) < len(set(factors)):  # the cap swallowed points: spread them below it
+        clamped = sorted({*clamped, f_cap / 2, f_cap / 4})
+    factors = clamped
     items = [(p, f) for p in policies for f in factors]
     pts = ex.map(run_point, items, shared=setup, progress=progress,
                  label=lambda it: f"load point {it[0]} x{it[1]:g}")  # fmt: skip

@@ -34,9 +34,10 @@ def pareto(run: RunData) -> go.Figure | None:
     for i, (pol,) in enumerate(ok.select("policy").unique(maintain_order=True).iter_rows()):
         d = ok.filter(pl.col("policy") == pol)
         fig.add_trace(go.Scatter(
-            x=d["usd_per_day"].to_list(), y=d["p99_ms"].to_list(), mode="markers+text",
-            name=pol, text=[f"{r} ×{n}" for r, n in zip(d["router"], d["nodes"], strict=True)],
-            textposition="top center", marker={"size": 10, "color": _colour(pol, i)},
+            x=d["usd_per_day"].to_list(), y=d["p99_ms"].to_list(), mode="markers", name=pol,
+            hovertext=[f"{pol} behind {r}: {n} nodes"
+                       for r, n in zip(d["router"], d["nodes"], strict=True)],
+            marker={"size": 10, "color": _colour(pol, i)},
         ))  # fmt: skip
     slo = run.meta.get("slo_ms")
     if slo:
@@ -82,11 +83,9 @@ def ratio_spread(run: RunData) -> go.Figure | None:
 
 
 def capacity_body(run: RunData, fig_div, table, fmts: dict[str, Any]) -> str:
-    """The Capacity section (``fig_div(fig)`` embeds a figure, ``table`` renders rows)."""
+    """The Capacity section (``fig_div(fig)`` embeds a figure, ``table`` renders rows); the
+    report leaves it and Routing out when planning was skipped (``--no-capacity``)."""
     cap = run.table("capacity")
-    if cap.is_empty():
-        return ('<p class="lead">Planning was skipped (<code>--no-capacity</code>): the sections '
-                "below analyse the trace at its own load on one node.</p>")  # fmt: skip
     m = run.meta
     t, num, pct, fix = fmts["text"], fmts["num"], fmts["pct"], fmts["fixed"]
     answer = "".join(f"<li>{html.escape(s)}</li>" for s in m.get("capacity_answer", []))
@@ -120,8 +119,6 @@ def capacity_body(run: RunData, fig_div, table, fmts: dict[str, Any]) -> str:
 def routing_body(run: RunData, fig_div, table, fmts: dict[str, Any]) -> str:
     """The Routing section."""
     rt = run.table("routing")
-    if run.table("capacity").is_empty():
-        return "<p>Planning was skipped, so there is no fleet to route over.</p>"
     if rt.is_empty():
         return ('<p class="lead">One node serves the planned traffic, so routing does not apply. '
                 "Pass <code>--peak-qps</code> or <code>--scale</code> to plan a fleet.</p>")  # fmt: skip

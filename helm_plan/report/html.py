@@ -349,8 +349,6 @@ def render(run: RunData) -> str:
     figs = _Figs()
     bodies = {
         "summary": _summary(run),
-        "capacity": capacity_body(run, lambda f: figs.add("capacity", f), table, FMTS),
-        "routing": routing_body(run, lambda f: figs.add("routing", f), table, FMTS),
         "workload": _workload(run, figs),
         "curves": _curves(run, figs),
         "latency": _latency(run, figs),
@@ -359,6 +357,11 @@ def render(run: RunData) -> str:
         "sensitivity": _sensitivity(run, figs),
         "reproducibility": _repro(run),
     }
+    if not run.table("capacity").is_empty():  # planned (not --no-capacity): the answer first
+        bodies = {"summary": bodies.pop("summary"),
+                  "capacity": capacity_body(run, lambda f: figs.add("capacity", f), table, FMTS),
+                  "routing": routing_body(run, lambda f: figs.add("routing", f), table, FMTS),
+                  **bodies}  # fmt: skip
     toc = "\n".join(
         f'    <li><a href="#{k}">{html.escape(SECTION_TITLES[k])}</a></li>' for k in bodies
     )
