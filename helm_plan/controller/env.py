@@ -55,6 +55,8 @@ class RewardConfig:
     """Charged per unit of |Δr| (the refill traffic a move causes)."""
     band_weight: float = 1.0
     """Charged per unit of distance from r to the window's flat band (LabelEnv only)."""
+    rstar_weight: float = 0.0
+    """Charged per unit of |r − r*| (LabelEnv only): shaping toward the oracle's own choice."""
 
 
 def _ratio_of(r: float) -> float:
@@ -162,6 +164,7 @@ class LabelEnv(gym.Env):
             reward -= cfg.violation_penalty * float(p99 > tr.slo_ms)
             lo, hi = tr.flat_lo[w], tr.flat_hi[w]
             reward -= cfg.band_weight * max(lo - r_new, r_new - hi, 0.0)
+            reward -= cfg.rstar_weight * abs(r_new - tr.r_star[w])
         else:  # an empty window: only the move is charged
             reward -= 1.0
         info = {"window": w, "ratio": r_new, "r_star": float(tr.r_star[w]), "p99_ms": p99}

@@ -51,7 +51,7 @@ class SynthSpec:
     """Base arrival rate, requests/s."""
     pool_fraction: float = 0.1
     """Pool as a share of the trace's EMB+KV footprint."""
-    duration_s: float = 150.0
+    duration_s: float = 300.0
     """Trace length, seconds."""
 
     @property
@@ -103,7 +103,7 @@ def real_trace_contexts(datasets_dir: Path, qps: float = 40.0) -> list[tuple[str
     out = []
     ml = datasets_dir / "movielens-100k.inter.tsv"
     if ml.exists():
-        cfg = IngestConfig(kind="movielens", n_candidates=64, qps=qps, duration_s=150.0, seed=0)
+        cfg = IngestConfig(kind="movielens", n_candidates=64, qps=qps, duration_s=300.0, seed=0)
         tab, _ = ingest(ml, cfg)
         out.append(("movielens-100k", load_context(tab, pool_fraction=0.1, seed=0)))
     return out
