@@ -6,7 +6,6 @@ from helm_plan_cli.commands import (
     analyze_cmd,
     calibrate_cmd,
     cluster_cmd,
-    controller_cmd,
     datasets_cmd,
     fit_cmd,
     ingest_cmd,
@@ -18,6 +17,8 @@ from helm_plan_cli.commands import (
     report_cmd,
     simulate_cmd,
     synth_cmd,
+    train_cmd,
+    validate_cmd,
 )
 
 COMMAND_MODULES = [
@@ -32,7 +33,8 @@ COMMAND_MODULES = [
     cluster_cmd,
     plan_cmd,
     oracle_cmd,
-    controller_cmd,
+    train_cmd,
+    validate_cmd,
     analyze_cmd,
     report_cmd,
     datasets_cmd,

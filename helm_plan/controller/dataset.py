@@ -169,6 +169,11 @@ def save(traces: list[LabelTrace], path: str | os.PathLike[str]) -> Path:
 def load(path: str | os.PathLike[str]) -> list[LabelTrace]:
     """Read label traces written by :func:`save`."""
     p = Path(path)
+    if not p.is_file():
+        raise InputFileError(
+            f"label set {p} not found",
+            hint="make one with `helm-plan train TRACE... --save-labels FILE`",
+        )
     try:
         z = np.load(p, allow_pickle=False)
     except (OSError, ValueError) as e:

@@ -131,6 +131,8 @@ class Controller:
                 hint="retrain the controller with `helm-plan train`",
             )
         self.shifts = np.asarray(shifts, np.float64)
+        self._shift_list = [float(v) for v in self.shifts]
+        self._buf = [np.empty(W.shape[0]) for W in self._W]
         if self._W[-1].shape[0] != len(self.shifts):
             raise ConfigError(
                 f"{source}: the actor has {self._W[-1].shape[0]} actions for "
@@ -204,11 +206,17 @@ class Controller:
 
     def base_shift(self, x: np.ndarray) -> float:
         """Layer 1: the actor's shift for observation ``x`` (argmax of its logits)."""
-        W, b = self._W, self._b
-        h = np.tanh(W[0] @ x + b[0])
-        for i in range(1, len(W) - 1):
-            h = np.tanh(W[i] @ h + b[i])
-        return float(self.shifts[int(np.argmax(W[-1] @ h + b[-1]))])
+        # in place into buffers made once: a few ufunc calls, no allocation (µs budget)
+        W, b, buf = self._W, self._b, self._buf
+        h = np.asarray(x, np.float64)
+        last = len(W) - 1
+        for i in range(last):
+            np.dot(W[i], h, out=buf[i])
+            buf[i] += b[i]
+            h = np.tanh(buf[i], out=buf[i])
+        np.dot(W[last], h, out=buf[last])
+        buf[last] += b[last]
+        return self._shift_list[int(buf[last].argmax())]
 
     def _detect(self, x: np.ndarray) -> bool:
         """Layer 3's detector: update the EWMA band and CUSUM, return whether a burst is on."""

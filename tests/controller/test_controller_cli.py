@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from controller_fixtures import write_small_trace
 from helm_plan_cli.main import app
 from typer.testing import CliRunner
 
@@ -11,7 +12,8 @@ runner = CliRunner()
 COMMON = ["--window-s", "5", "--pool-fraction", "0.1", "--seed", "3"]
 
 
-def test_train_then_validate(synth_trace_file, tmp_path):
+def test_train_then_validate(tmp_path):
+    synth_trace_file = write_small_trace(tmp_path / "small-burst.parquet")
     out = tmp_path / "c.npz"
     labels = tmp_path / "labels.npz"
     res = runner.invoke(app, ["train", str(synth_trace_file), "-o", str(out), *COMMON,
@@ -34,7 +36,8 @@ def test_train_then_validate(synth_trace_file, tmp_path):
     assert "controller" in res.stdout and "│" in res.stdout
 
 
-def test_validate_missing_controller(synth_trace_file, tmp_path):
+def test_validate_missing_controller(tmp_path):
+    synth_trace_file = write_small_trace(tmp_path / "small-burst.parquet")
     res = runner.invoke(app, ["validate", str(tmp_path / "no.npz"), str(synth_trace_file)])
     assert res.exit_code == 2
     assert "controller file" in res.output and "not found" in res.output

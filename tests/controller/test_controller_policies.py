@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from controller_fixtures import NODE
+from controller_fixtures import NODE, small_ctx
 
 from helm_plan.errors import ConfigError, InputFileError
 from helm_plan.policies import ControllerSpec, PolicyEnv, parse_policy
@@ -12,7 +12,8 @@ from helm_plan.sim import simulate_node
 
 
 @pytest.mark.parametrize("spec", ["controller", "hill-climb"])
-def test_specs_drive_a_node(ctx, spec):
+def test_specs_drive_a_node(spec):
+    ctx = small_ctx()
     built = parse_policy(spec).build(ctx, NODE, PolicyEnv())
     res = simulate_node(ctx, built.policy, NODE)
     assert np.all((res.ratios >= 0) & (res.ratios <= 1))
@@ -33,7 +34,8 @@ def test_controller_path_spec(tmp_path):
 
 
 @pytest.mark.parametrize("spec", ["controller", "hill-climb"])
-def test_cluster_accepts_closed_loop_specs(ctx, spec):
+def test_cluster_accepts_closed_loop_specs(spec):
+    ctx = small_ctx()
     from helm_plan.cluster import ClusterConfig, simulate_cluster
     from helm_plan.cluster.policies import node_policies
 

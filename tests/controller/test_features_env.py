@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from controller_fixtures import NODE
+from controller_fixtures import NODE, small_ctx, small_label_trace
 from gymnasium.utils.env_checker import check_env
 
 from helm_plan.controller import dataset
@@ -31,7 +31,8 @@ def test_feature_version_mismatch_is_an_error():
         Controller(w, np.array(SHIFTS), feature_version="0", source="old.npz")
 
 
-def test_label_set_roundtrip(label_trace, tmp_path):
+def test_label_set_roundtrip(tmp_path):
+    label_trace = small_label_trace()
     p = dataset.save([label_trace], tmp_path / "set.npz")
     (back,) = dataset.load(p)
     assert back.name == label_trace.name
@@ -39,7 +40,8 @@ def test_label_set_roundtrip(label_trace, tmp_path):
     np.testing.assert_array_equal(back.ghost_emb, label_trace.ghost_emb)
 
 
-def test_label_env_scores_the_oracle_ratio_best(label_trace):
+def test_label_env_scores_the_oracle_ratio_best():
+    label_trace = small_label_trace()
     env = LabelEnv([label_trace])
     check_env(env, skip_render_check=True)
     # from r*, holding is never worse than a move in P99 terms
@@ -51,7 +53,8 @@ def test_label_env_scores_the_oracle_ratio_best(label_trace):
     assert raw["ratio"] == rs and raw["p99_slo"] == pytest.approx(p_star / label_trace.slo_ms)
 
 
-def test_node_env_passes_the_checker(ctx):
+def test_node_env_passes_the_checker():
+    ctx = small_ctx()
     env = NodeEnv(ctx, NODE)
     check_env(env, skip_render_check=True)
     obs, info = env.reset(seed=0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from controller_fixtures import NODE
+from controller_fixtures import NODE, small_ctx
 
 from helm_plan.cache import core
 from helm_plan.cache.ghost import Ghost, GhostCurves, gains
@@ -13,7 +13,8 @@ from helm_plan.sim import NodeConfig
 from helm_plan.sim.step import NodeRunner
 
 
-def test_emb_ghost_equals_replay_at_other_capacities(ctx):
+def test_emb_ghost_equals_replay_at_other_capacities():
+    ctx = small_ctx()
     # a static split from cold, the ghost remembering every window: the EMB curve must equal
     # replaying the windows with EMB capacity g·B and the same KV capacity (same KV outcome)
     r = 0.4
@@ -35,7 +36,8 @@ def test_emb_ghost_equals_replay_at_other_capacities(ctx):
             assert c.lookup_bytes == int(rr.lookup_bytes.sum())
 
 
-def test_kv_ghost_equals_exact_kv_replay(ctx):
+def test_kv_ghost_equals_exact_kv_replay():
+    ctx = small_ctx()
     node = NodeRunner(ctx, NODE)
     ghost = Ghost(ctx.workload, ctx.pool_bytes, ctx.model.kv_bytes_per_token)
     curves = []
@@ -50,7 +52,8 @@ def test_kv_ghost_equals_exact_kv_replay(ctx):
         np.testing.assert_array_equal(got, ref[j])
 
 
-def test_short_history_is_close_on_a_warm_node(ctx):
+def test_short_history_is_close_on_a_warm_node():
+    ctx = small_ctx()
     # one window of history forgets older reuse: never more hits than the full history
     node = NodeRunner(ctx, NODE)
     full = Ghost(ctx.workload, ctx.pool_bytes, ctx.model.kv_bytes_per_token, history_windows=100)

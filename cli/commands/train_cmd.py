@@ -1,10 +1,8 @@
-"""`helm-plan train` and `helm-plan validate`: the three-layer controller (helm_plan.controller).
+"""`helm-plan train`: train the three-layer controller (helm_plan.controller).
 
-``train`` labels every trace (the carry oracle on the coarse grid) or reads
-label sets (``.npz`` from ``--save-labels``), trains layer 1 with PPO and
-writes the controller ``.npz`` with its card. ``validate`` runs a controller
-closed loop on traces and compares it with the oracle schedule and best
-static (the figures of :func:`helm_plan.controller.training.validate`).
+Labels every trace (the carry oracle on the coarse grid) or reads label sets
+(``.npz`` from ``--save-labels``), trains layer 1 with PPO and writes the
+controller ``.npz`` with its card.
 """
 
 from __future__ import annotations
@@ -12,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import numpy as np
 import typer
 from helm_plan_cli.options import (
     JsonOpt,
@@ -25,10 +22,9 @@ from helm_plan_cli.options import (
 )
 from helm_plan_cli.output import emit_json, emit_table
 from helm_plan_cli.progress import task
-from rich.table import Table
 
 from helm_plan.controller import dataset, training
-from helm_plan.controller.runtime import Controller, save
+from helm_plan.controller.runtime import save
 from helm_plan.errors import ConfigError
 from helm_plan.io import check_output
 from helm_plan.sim import NodeConfig, load_context
@@ -106,47 +102,6 @@ def train(
     )
 
 
-def validate(
-    controller: ControllerArg,
-    traces: TracesArg,
-    seed: SeedOpt = 0,
-    window_s: WindowSOpt = training.DEFAULT_NODE.window_s,
-    slo_ms: SloMsOpt = training.DEFAULT_NODE.slo_ms,
-    pool_fraction: PoolFractionOpt = None,
-    ablation: AblationOpt = False,
-    as_json: JsonOpt = False,
-    quiet: QuietOpt = False,
-) -> None:
-    """Run CONTROLLER closed loop on TRACE... against the oracle schedule and best static."""
-    ctrl = Controller.load(controller)
-    ncfg = NodeConfig(window_s=window_s, slo_ms=slo_ms)
-    figs = []
-    with task("validating", quiet=quiet or as_json) as progress:
-        for i, (name, ctx) in enumerate(_contexts(traces, pool_fraction, seed)):
-            figs.append(training.validate(ctrl, ctx, name, ncfg, ablation=ablation).figures)
-            progress(i + 1, len(traces))
-    if as_json:
-        emit_json("validate", {"controller": str(controller), "traces": figs})
-        return
-    t = Table(title=f"controller {controller} (|r - r*| over windows with a flat band < "
-                    f"{training.NARROW_BAND:g}; elsewhere r* is arbitrary)")  # fmt: skip
-    cols = ["trace", "P99 ms", "oracle", "best static", "regret", "vs static", "|r-r*|",
-            "narrow w", "step µs p50/p99"]  # fmt: skip
-    for c in cols:
-        t.add_column(c, justify="left" if c == "trace" else "right")
-    for f in figs:
-        t.add_row(
-            Path(f["trace"]).name, f"{f['p99_ms']:.3f}", f"{f['oracle_p99_ms']:.3f}",
-            f"{f['best_static_p99_ms']:.3f}", f"{f['regret_vs_oracle']:+.1%}",
-            f"{f['vs_best_static']:+.1%}",
-            "n/a" if np.isnan(f["abs_dr_narrow"]) else f"{f['abs_dr_narrow']:.3f}",
-            str(f["narrow_windows"]),
-            f"{f['latency_median_us']:.1f}/{f['latency_p99_us']:.1f}",
-        )  # fmt: skip
-    emit_table(t)
-
-
 def register(app: typer.Typer) -> None:
-    """Add ``train`` and ``validate`` to ``app``."""
+    """Add this command to ``app``."""
     app.command("train")(train)
-    app.command("validate")(validate)
