@@ -54,7 +54,7 @@ def train(
     inputs: InputsArg,
     out: OutOpt,
     seed: SeedOpt = 0,
-    timesteps: TimestepsOpt = 200_000,
+    timesteps: TimestepsOpt = 300_000,
     window_s: WindowSOpt = training.DEFAULT_NODE.window_s,
     slo_ms: SloMsOpt = training.DEFAULT_NODE.slo_ms,
     pool_fraction: PoolFractionOpt = None,

@@ -55,7 +55,7 @@ class RewardConfig:
     """Charged per unit of |Δr| (the refill traffic a move causes)."""
     band_weight: float = 1.0
     """Charged per unit of distance from r to the window's flat band (LabelEnv only)."""
-    rstar_weight: float = 0.0
+    rstar_weight: float = 1.0
     """Charged per unit of |r − r*| (LabelEnv only): shaping toward the oracle's own choice."""
 
 

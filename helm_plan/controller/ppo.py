@@ -36,7 +36,7 @@ class Args:
 
     seed: int = 0
     """Seed of torch, the environments and the minibatch order."""
-    total_timesteps: int = 200_000
+    total_timesteps: int = 300_000
     """Environment steps (windows) over the whole training."""
     learning_rate: float = 2.5e-4
     """Adam learning rate (annealed linearly to 0)."""
