@@ -83,16 +83,24 @@ def main() -> None:
     print()
     print("| figure | measured | target |")
     print("|---|---|---|")
-    print(f"| decision latency (Controller.step, 3 layers) | median {np.median(lat):.1f} µs, "
-          f"p99 {np.percentile(lat, 99):.1f} µs | median ≤ 10 µs, p99 ≤ 30 µs |")
-    print(f"| mean \\|r − r*\\|, narrow-band windows ({int(nw.sum())} windows) | {pooled_dr:.3f} "
-          f"| ≤ 0.025 |")
-    print(f"| P99 regret vs oracle schedule (median over {len(rows)} traces) | "
-          f"{np.median(reg):+.1%} (max {np.max(reg):+.1%}) | ≤ 3% |")
+    print(
+        f"| decision latency (Controller.step, 3 layers) | median {np.median(lat):.1f} µs, "
+        f"p99 {np.percentile(lat, 99):.1f} µs | median ≤ 10 µs, p99 ≤ 30 µs |"
+    )
+    print(
+        f"| mean \\|r − r*\\|, narrow-band windows ({int(nw.sum())} windows) | {pooled_dr:.3f} "
+        f"| ≤ 0.025 |"
+    )
+    print(
+        f"| P99 regret vs oracle schedule (median over {len(rows)} traces) | "
+        f"{np.median(reg):+.1%} (max {np.max(reg):+.1%}) | ≤ 3% |"
+    )
     print(f"| P99 vs best static (worst trace) | {np.max(vs):+.1%} | never worse than +2% |")
     for f in rows:
-        print(f"| gain vs best static, {f['trace']} | {f['gain_vs_static']:+.1%} "
-              f"[{f['gain_ci_lo']:+.1%}, {f['gain_ci_hi']:+.1%}] | report |")
+        print(
+            f"| gain vs best static, {f['trace']} | {f['gain_vs_static']:+.1%} "
+            f"[{f['gain_ci_lo']:+.1%}, {f['gain_ci_hi']:+.1%}] | report |"
+        )
     print(f"| training, default set, 2 cores | {train_s} s | ≤ 600 s |")
     print()
     print("| trace | base | base+adapter | all three | hill-climb | oracle | best static |")
