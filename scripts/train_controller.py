@@ -11,6 +11,7 @@ Same seed, same weights (tests/controller/test_ppo.py checks a tiny run).
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -37,6 +38,13 @@ def main() -> None:
         help="label set cache (rebuilt when absent)",
     )
     ap.add_argument("--no-validate", action="store_true")
+    ap.add_argument(
+        "--validation-from",
+        type=Path,
+        default=None,
+        help="take the held-out figures from benchmarks/bench_controller.py --json "
+        "(same controller) instead of validating again",
+    )
     a = ap.parse_args()
     t0 = time.perf_counter()
     cached = a.labels.exists()
@@ -60,7 +68,11 @@ def main() -> None:
     )
     # labelling the default set takes ~10 min on 2 busy cores; a cached set is only read
     ctrl.card["label_seconds"] = None if cached else round(t_lab, 1)
-    if not a.no_validate:
+    if a.validation_from is not None:
+        doc = json.loads(a.validation_from.read_text())
+        ctrl.card["validation"] = doc["traces"]
+        ctrl.card["decision_latency_us"] = doc["latency_us"]
+    elif not a.no_validate:
         vals = [
             training.validate(ctrl, training.synth_context(s), s.name, ablation=False).figures
             for s in training.HELD_OUT

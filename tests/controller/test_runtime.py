@@ -124,3 +124,17 @@ def test_shipped_default_and_card():
     card = json.loads((DEFAULT_PATH.parent / "card.json").read_text())
     assert card["feature_version"] == c.card["feature_version"]
     assert card["training_set"] and "seed" in card
+
+
+def test_unsure_actor_holds():
+    # the +0.2 logit beats holding by 0.3: under the margin the controller holds, above it moves
+    n = len(SHIFTS)
+    b1 = np.zeros(n)
+    b1[SHIFTS.index(0.0)], b1[SHIFTS.index(0.2)] = 1.0, 1.3
+    w = {"W0": np.zeros((4, N_FEATURES)), "b0": np.zeros(4), "W1": np.zeros((n, 4)), "b1": b1}
+    x = np.zeros(N_FEATURES)
+    x[RATIO_INDEX] = 0.5
+    plain = RuntimeConfig(hold_margin=0.0, adapter=False, burst=False)
+    assert Controller(w, np.array(SHIFTS), plain).step(x) == pytest.approx(0.7)
+    unsure = RuntimeConfig(hold_margin=0.5, adapter=False, burst=False)
+    assert Controller(w, np.array(SHIFTS), unsure).step(x) == pytest.approx(0.5)
