@@ -20,7 +20,8 @@ for the next window. Three layers, with their state:
    the shift per window is capped at ``burst_max_shift`` and the EWMAs stop
    learning (a burst must not become the baseline). After it, the ratio
    returns to the last stable ratio (the ratio when the burst began) in
-   ``recovery_windows`` equal steps.
+   ``recovery_windows`` equal steps. A burst that lasts ``max_burst_windows``
+   is a level shift: the band adopts the new level and the ratio stays.
 
 The controller file is a ``.npz``: the actor's weights, the shifts, the
 feature version (checked: a controller for other features is an error) and
@@ -75,20 +76,25 @@ class RuntimeConfig:
     """Weight of a new window in the EWMA mean and variance of rate and cold share."""
     z_enter: float = 4.0
     """A z-score above this starts a burst at once."""
-    cusum_k: float = 0.5
-    """CUSUM slack, in z units."""
-    cusum_h: float = 5.0
+    cusum_k: float = 1.0
+    """CUSUM slack, in z units (a trend that moves the rate ~10% a window stays under it)."""
+    cusum_h: float = 4.0
     """CUSUM threshold that starts a burst."""
     z_exit: float = 2.0
     """Both z-scores below this count as a calm window."""
     calm_windows: int = 2
     """Calm windows that end a burst."""
+    max_burst_windows: int = 8
+    """A "burst" longer than this is a level shift: the band adopts it, the burst ends and the
+    ratio stays where the capped moves took it (no return to a ratio of the old level)."""
     burst_max_shift: float = 0.05
     """Largest |Δr| per window during a burst."""
     recovery_windows: int = 3
     """Windows to return to the last stable ratio after a burst."""
-    min_sd: float = 0.05
-    """Floor of the EWMA deviations (a flat history must not make every wiggle a burst)."""
+    min_sd: float = 0.1
+    """Floor of the EWMA deviations of log1p(rate) and the cold share (a flat history must
+    not make every wiggle a burst): with z_enter 4, a 50% rate jump or a cold share up 0.4
+    starts a burst at once, smaller steps through the CUSUM."""
 
     def __post_init__(self) -> None:
         for name in ("hold_margin", "adapter_cap", "adapter_lr", "burst_max_shift", "min_sd"):
@@ -102,7 +108,7 @@ class RuntimeConfig:
                 raise ConfigError(
                     f"{name} must be in [0, 1], got {getattr(self, name)}", hint="pass 0..1"
                 )
-        for name in ("calm_windows", "recovery_windows"):
+        for name in ("calm_windows", "recovery_windows", "max_burst_windows"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(
                     f"{name} must be >= 1, got {getattr(self, name)}", hint=f"pass {name} >= 1"
@@ -136,7 +142,8 @@ class Controller:
             )
         self.shifts = np.asarray(shifts, np.float64)
         self._shift_list = [float(v) for v in self.shifts]
-        self._buf = [np.empty(W.shape[0]) for W in self._W]
+        self._Wa = [np.hstack([W, b[:, None]]) for W, b in zip(self._W, self._b, strict=True)]
+        self._hs = [np.ones(W.shape[1] + 1) for W in self._W]  # inputs of each layer, then 1
         self._hold = int(np.argmin(np.abs(self.shifts)))  # the zero shift
         if self._W[-1].shape[0] != len(self.shifts):
             raise ConfigError(
@@ -193,10 +200,10 @@ class Controller:
         self.ratio = ratio
         self.in_burst = False
         self.stable_ratio = ratio
-        self._mean = np.full(2, np.nan)
-        self._var = np.zeros(2)
+        self._m0 = self._m1 = float("nan")  # EWMA means of log1p(rate) and cold share
+        self._v0 = self._v1 = 0.0  # and their EWMA variances
         self._cusum = 0.0
-        self._calm = 0
+        self._calm = self._burst_len = 0
         self._recover_left = 0
         self.bursts = 0
 
@@ -211,17 +218,13 @@ class Controller:
 
     def base_shift(self, x: np.ndarray) -> float:
         """Layer 1: the actor's shift for observation ``x`` (argmax of its logits)."""
-        # in place into buffers made once: a few ufunc calls, no allocation (µs budget)
-        W, b, buf = self._W, self._b, self._buf
-        h = np.asarray(x, np.float64)
-        last = len(W) - 1
-        for i in range(last):
-            np.dot(W[i], h, out=buf[i])
-            buf[i] += b[i]
-            h = np.tanh(buf[i], out=buf[i])
-        np.dot(W[last], h, out=buf[last])
-        lg = buf[last]
-        lg += b[last]
+        # biases folded into the weights ([W | b] against [h, 1]) and buffers made once:
+        # a handful of ufunc calls and no allocation (the µs budget)
+        Wa, hs = self._Wa, self._hs
+        hs[0][:-1] = x
+        for i in range(len(Wa) - 1):
+            np.tanh(np.dot(Wa[i], hs[i]), out=hs[i + 1][:-1])
+        lg = np.dot(Wa[-1], hs[-1])
         k = int(lg.argmax())
         if self.cfg.hold_margin > 0.0 and lg[k] - lg[self._hold] <= self.cfg.hold_margin:
             return 0.0
@@ -230,33 +233,38 @@ class Controller:
     def _detect(self, x: np.ndarray) -> bool:
         """Layer 3's detector: update the EWMA band and CUSUM, return whether a burst is on."""
         cfg = self.cfg
-        v0, v1 = float(x[RATE_INDEX]), float(x[COLD_INDEX])
-        if self._mean[0] != self._mean[0]:  # first window: the band starts here
-            self._mean[0], self._mean[1] = v0, v1
+        v0, v1 = float(x[RATE_INDEX]) * 8.0, float(x[COLD_INDEX])  # log1p(rate), cold share
+        if self._m0 != self._m0:  # first window: the band starts here
+            self._m0, self._m1 = v0, v1
             return False
-        sd0 = max(math.sqrt(self._var[0]), cfg.min_sd)
-        sd1 = max(math.sqrt(self._var[1]), cfg.min_sd)
-        z0 = (v0 - self._mean[0]) / sd0 * 8.0  # the rate feature is log1p(rate)/8
-        z1 = (v1 - self._mean[1]) / sd1
-        z = max(z0, z1)
+        z0 = (v0 - self._m0) / max(math.sqrt(self._v0), cfg.min_sd)
+        z1 = (v1 - self._m1) / max(math.sqrt(self._v1), cfg.min_sd)
+        z = z0 if z0 > z1 else z1
         self._cusum = max(0.0, self._cusum + z - cfg.cusum_k)
         if not self.in_burst:
             if z > cfg.z_enter or self._cusum > cfg.cusum_h:
                 self.in_burst = True
                 self.bursts += 1
-                self._calm = 0
-            else:
+                self._calm = self._burst_len = 0
+            else:  # the band learns only outside bursts: a burst must not become the baseline
                 a = cfg.ewma_alpha
-                for i, v in ((0, v0), (1, v1)):
-                    d = v - self._mean[i]
-                    self._mean[i] += a * d
-                    self._var[i] = (1 - a) * (self._var[i] + a * d * d)
+                d0, d1 = v0 - self._m0, v1 - self._m1
+                self._m0 += a * d0
+                self._m1 += a * d1
+                self._v0 = (1 - a) * (self._v0 + a * d0 * d0)
+                self._v1 = (1 - a) * (self._v1 + a * d1 * d1)
         else:
-            self._calm = self._calm + 1 if max(z0, z1) < cfg.z_exit else 0
+            self._burst_len += 1
+            self._calm = self._calm + 1 if z < cfg.z_exit else 0
             if self._calm >= cfg.calm_windows:
                 self.in_burst = False
                 self._cusum = 0.0
                 self._recover_left = cfg.recovery_windows
+            elif self._burst_len >= cfg.max_burst_windows:  # a new level, not a burst
+                self.in_burst = False
+                self._cusum, self._v0, self._v1 = 0.0, 0.0, 0.0
+                self._m0, self._m1 = v0, v1
+                self.stable_ratio = self.ratio
         return self.in_burst
 
     def step(self, features: np.ndarray) -> float:

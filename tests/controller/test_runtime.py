@@ -138,3 +138,15 @@ def test_unsure_actor_holds():
     assert Controller(w, np.array(SHIFTS), plain).step(x) == pytest.approx(0.7)
     unsure = RuntimeConfig(hold_margin=0.5, adapter=False, burst=False)
     assert Controller(w, np.array(SHIFTS), unsure).step(x) == pytest.approx(0.5)
+
+
+def test_a_lasting_step_is_a_level_shift_not_a_burst():
+    c = _push_up_controller(RuntimeConfig(adapter=False, max_burst_windows=5))
+    rng = np.random.default_rng(1)
+    r, flags = 0.0, []
+    for w in range(30):
+        x = _obs(400.0 if w >= 10 else 100.0, 0.08, r, rng)
+        r = c.step(x)
+        flags.append(c.in_burst)
+    assert flags[10] and sum(flags) == 5 and c.bursts == 1
+    assert r == pytest.approx(1.0), "after the level is adopted the base policy moves freely"
