@@ -1,7 +1,9 @@
 """The controller's figures on traces it never saw (issue 9).
 
 For each held-out trace (``helm_plan.controller.training.HELD_OUT``: other
-seeds, loads and pools than the training set), closed loop on one node
+seeds, loads and pools than the training set; plus the Amazon Video Games log
+ingested and re-timed when the real datasets folder exists, where training saw
+MovieLens only), closed loop on one node
 (gr-small on the default GPU, 10 s windows, throttled refill):
 
 - the oracle (carry labels on the coarse grid plus the edge points, the same
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -34,6 +37,7 @@ from helm_plan.controller import training
 from helm_plan.controller.features import observation
 from helm_plan.controller.policy import HillClimbPolicy
 from helm_plan.controller.runtime import DEFAULT_PATH, Controller
+from helm_plan.datasets import default_dir
 from helm_plan.sim import simulate_node
 
 
@@ -54,13 +58,29 @@ def main() -> None:
     ap.add_argument("--traces", type=int, default=len(training.HELD_OUT))
     ap.add_argument("--controller", default=str(DEFAULT_PATH))
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--real-only",
+        action="store_true",
+        help="only the held-out public logs (needs the datasets folder)",
+    )
     a = ap.parse_args()
     ctrl = Controller.load(a.controller)
     rows, obs = [], []
-    for spec in training.HELD_OUT[: a.traces]:
+    cases = (
+        []
+        if a.real_only
+        else [
+            (s.name, lambda s=s: training.synth_context(s)) for s in training.HELD_OUT[: a.traces]
+        ]
+    )
+    ds = default_dir(Path(__file__).resolve().parents[1])
+    if ds.is_dir():  # held-out public logs (the training set has MovieLens only)
+        for name, c in training.real_trace_contexts(ds, training.REAL_HELD_OUT):
+            cases.append((name, lambda c=c: c))
+    for name, make in cases:
         t0 = time.perf_counter()
-        ctx = training.synth_context(spec)
-        v = training.validate(ctrl, ctx, spec.name, ablation=True)
+        ctx = make()
+        v = training.validate(ctrl, ctx, name, ablation=True)
         hc = simulate_node(ctx, HillClimbPolicy(ctx, training.DEFAULT_NODE), training.DEFAULT_NODE)
         f = dict(v.figures)
         f["p99_ms[hill-climb]"] = float(hc.p99_ms)
@@ -69,7 +89,7 @@ def main() -> None:
         rng = np.random.default_rng(0)
         obs += [observation({"ratio": r, "arrival_rate_rps": 100 * (1 + rng.random())})
                 for r in v.ratios]  # fmt: skip
-        print(f"{spec.name}: " + ", ".join(
+        print(f"{name}: " + ", ".join(
             f"{k}={x:.4g}" if isinstance(x, float) else f"{k}={x}" for k, x in f.items()
         ))  # fmt: skip
     lat = decision_latency(ctrl, obs) * 1e6

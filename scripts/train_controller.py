@@ -54,7 +54,7 @@ def main() -> None:
         named = [(s.name, training.synth_context(s)) for s in training.DEFAULT_SET]
         ds = default_dir(REPO)
         if ds.is_dir():
-            named += training.real_trace_contexts(ds)
+            named += training.real_trace_contexts(ds, training.REAL_TRAIN)
         traces = training.label_traces(named, progress=lambda i, n: print(f"labelled {i}/{n}"))
         a.labels.parent.mkdir(parents=True, exist_ok=True)
         dataset.save(traces, a.labels)

@@ -96,16 +96,28 @@ def synth_context(spec: SynthSpec) -> NodeContext:
     return load_context(tab, pool_fraction=spec.pool_fraction, seed=spec.seed)
 
 
-def real_trace_contexts(datasets_dir: Path, qps: float = 40.0) -> list[tuple[str, NodeContext]]:
-    """Ingested public logs for training (MovieLens 100K re-timed to ``qps``), if present."""
+REAL_TRAIN = ("movielens",)
+"""Public logs in the shipped training set (when the datasets folder exists)."""
+REAL_HELD_OUT = ("amazon",)
+"""Public logs only the validation sees."""
+_REAL_FILES = {"movielens": "movielens-100k.inter.tsv", "amazon": "amazon-video-games.seq.txt"}
+
+
+def real_trace_contexts(
+    datasets_dir: Path, kinds: tuple[str, ...] = REAL_TRAIN, qps: float = 40.0
+) -> list[tuple[str, NodeContext]]:
+    """Public logs ingested and re-timed to ``qps`` for 300 s (those present in the folder)."""
     from helm_plan.ingest import IngestConfig, ingest
 
     out = []
-    ml = datasets_dir / "movielens-100k.inter.tsv"
-    if ml.exists():
-        cfg = IngestConfig(kind="movielens", n_candidates=64, qps=qps, duration_s=300.0, seed=0)
-        tab, _ = ingest(ml, cfg)
-        out.append(("movielens-100k", load_context(tab, pool_fraction=0.1, seed=0)))
+    for kind in kinds:
+        path = datasets_dir / _REAL_FILES[kind]
+        if not path.exists():
+            continue
+        cfg = IngestConfig(kind=kind, n_candidates=64, qps=qps, duration_s=300.0, seed=0)
+        tab, _ = ingest(path, cfg)
+        name = path.name.split(".")[0]
+        out.append((name, load_context(tab, pool_fraction=0.1, seed=0)))
     return out
 
 
