@@ -18,7 +18,11 @@ Specs:
 - ``oracle``: the oracle schedule of this trace (the run's labels, or labelled
   now) at the node's refill mode;
 - ``naive-adaptive``, ``adaptive``: the oracle schedule with ``eager`` and
-  ``throttled`` refill (the naive and the HELM way to move the split).
+  ``throttled`` refill (the naive and the HELM way to move the split);
+- ``controller``, ``controller:PATH``: the three-layer controller
+  (:mod:`helm_plan.controller`), the shipped default or a trained ``.npz``;
+- ``hill-climb``: ghost-cache hill climbing, a fixed step of 0.05 toward the
+  cache whose ghost gain saves more service time.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from helm_plan.controller.policy import ControllerPolicy, HillClimbPolicy
+from helm_plan.controller.runtime import DEFAULT_PATH, Controller
 from helm_plan.errors import ConfigError
 from helm_plan.exec import Executor, Progress
 from helm_plan.oracle import (
@@ -46,7 +52,8 @@ from helm_plan.sim.context import NodeContext
 from helm_plan.sim.policy import Policy, SchedulePolicy, StaticPolicy, fill_forward
 
 USAGE = (
-    "use static:R, emb-max, kv-max, best-static, schedule:FILE, oracle, naive-adaptive or adaptive"
+    "use static:R, emb-max, kv-max, best-static, schedule:FILE, oracle, naive-adaptive, "
+    "adaptive, controller[:PATH] or hill-climb"
 )
 
 
@@ -61,6 +68,8 @@ class PolicyKind(StrEnum):
     ORACLE = "oracle"
     NAIVE_ADAPTIVE = "naive-adaptive"
     ADAPTIVE = "adaptive"
+    CONTROLLER = "controller"
+    HILL_CLIMB = "hill-climb"
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,8 @@ class PolicySpec(ABC):
 
     name: ClassVar[str]
     takes_arg: ClassVar[bool] = False
+    optional_arg: ClassVar[bool] = False
+    """With takes_arg: the argument may be left out (``name`` alone)."""
     searches: ClassVar[bool] = False
     """True when building runs a search (worth a progress bar)."""
 
@@ -129,7 +140,7 @@ def parse_policy(spec: str) -> PolicySpec:
     cls = POLICIES.get(name)
     if cls is None:
         raise ConfigError(f"unknown policy {spec!r}", hint=USAGE)
-    if cls.takes_arg and not sep:
+    if cls.takes_arg and not sep and not cls.optional_arg:
         raise ConfigError(f"policy {name!r} needs an argument", hint=USAGE)
     if not cls.takes_arg and sep:
         raise ConfigError(f"policy {name!r} takes no argument, got {spec!r}", hint=USAGE)
@@ -283,3 +294,42 @@ class Adaptive(OracleSchedule):
 
     name: ClassVar[str] = "adaptive"
     refill: ClassVar[str | None] = "throttled"
+
+
+@register_policy
+@dataclass(frozen=True)
+class ControllerSpec(PolicySpec):
+    """The three-layer controller: the shipped default, or ``controller:PATH``."""
+
+    path: Path | None = None
+    """Controller ``.npz`` (None: the shipped default)."""
+    name: ClassVar[str] = "controller"
+    takes_arg: ClassVar[bool] = True
+    optional_arg: ClassVar[bool] = True
+
+    @classmethod
+    def from_arg(cls, arg: str | None) -> PolicySpec:
+        if arg is None:
+            return cls()
+        if not arg:
+            raise ConfigError("policy controller: PATH is empty", hint="use controller:FILE.npz")
+        return cls(Path(arg))
+
+    def build(self, ctx: NodeContext, node_cfg: NodeConfig, env: PolicyEnv) -> Built:
+        ctrl = Controller.load(self.path or DEFAULT_PATH)
+        return Built(ControllerPolicy(ctx, node_cfg, ctrl, self.spec))
+
+    @property
+    def spec(self) -> str:
+        return f"controller:{self.path}" if self.path else "controller"
+
+
+@register_policy
+@dataclass(frozen=True)
+class HillClimb(PolicySpec):
+    """Ghost-cache hill climbing (a baseline for the controller)."""
+
+    name: ClassVar[str] = "hill-climb"
+
+    def build(self, ctx: NodeContext, node_cfg: NodeConfig, env: PolicyEnv) -> Built:
+        return Built(HillClimbPolicy(ctx, node_cfg, name=self.name))

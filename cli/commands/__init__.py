@@ -17,6 +17,8 @@ from helm_plan_cli.commands import (
     report_cmd,
     simulate_cmd,
     synth_cmd,
+    train_cmd,
+    validate_cmd,
 )
 
 COMMAND_MODULES = [
@@ -31,6 +33,8 @@ COMMAND_MODULES = [
     cluster_cmd,
     plan_cmd,
     oracle_cmd,
+    train_cmd,
+    validate_cmd,
     analyze_cmd,
     report_cmd,
     datasets_cmd,

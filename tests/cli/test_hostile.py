@@ -251,6 +251,11 @@ CASES: list[tuple[str, list[str], str]] = [
     ("report-no-store", ["report", "d"], "not found"),
     # datasets
     ("datasets-missing-folder", ["datasets", "nowhere"], "not found"),
+    # train, validate
+    ("train-over-input", ["train", "t.parquet", "-o", "t.parquet"], "is the input file"),
+    ("train-bad-labels", ["train", "junk.npz", "-o", "c.npz"], "not found"),
+    ("validate-missing-controller", ["validate", "none.npz", "t.parquet"], "not found"),
+    ("validate-not-a-controller", ["validate", "t.parquet", "t.parquet"], "as a controller"),
 ]
 
 

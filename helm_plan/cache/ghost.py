@@ -1,0 +1,194 @@
+"""Ghost caches: what each cache would gain or lose with ±δ of the pool, from its own lookups.
+
+A server cannot replay a window at another split, but it can keep *shadow*
+LRU stacks of the keys it looked up (a ghost cache, as in ARC) and read off
+how many hits a larger or smaller cache would have had. The stack property
+(:mod:`helm_plan.cache.stack`, :mod:`helm_plan.cache.kvcurve`) gives the hits
+at every capacity from one pass, so a window's *ghost curves* are the hits
+at each EMB share of a fine grid:
+
+- EMB: byte stack distances over the node's own EMB lookups of the last
+  ``history_windows`` windows and this one (:func:`core.lookup_stream` of
+  the computed tokens the node actually served), binned at capacities
+  ``g·B`` of the grid; the hit bytes of this window's lookups. The KV outcome
+  is held at what the node served (the coupling moves the EMB stream, which a
+  ghost cannot see).
+- KV: the per-request token-weighted LRU distance of the whole past
+  (:func:`kvcurve.kv_distances`, computed once per trace: it depends only on
+  who arrives with which history, never on ``r``), binned at KV capacities
+  ``(1 − g)·B / kv_bytes_per_token``; the reused tokens of this window.
+
+Both are exact against replaying the window from cold at a static split
+with enough history (tested): EMB with the same KV outcome, KV for
+capacities at least the largest admitted context. With a short history the
+EMB ghost forgets reuse older than the history (an under-estimate at large
+capacity, the price of bounded memory); a live node whose split moved has
+caches that differ from a shadow at one fixed capacity.
+
+:func:`gains` turns a curve pair into the marginal gains at ``r ± δ`` and
+their value in service seconds (EMB bytes at the H2D + host gather cost, KV
+tokens at the dense prefill cost per token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from helm_plan.cache import core
+from helm_plan.cache.kvcurve import KvDistances, kv_distances
+from helm_plan.cache.stack import binned_hits
+from helm_plan.errors import ConfigError
+
+GRID_POINTS = 101
+"""EMB shares of the ghost grid: 0, 0.01, ..., 1."""
+
+
+@dataclass(frozen=True)
+class GhostCurves:
+    """One window's ghost curves on the share grid ``r_grid``."""
+
+    r_grid: np.ndarray
+    """EMB shares, float64 (0..1)."""
+    emb_hit_bytes: np.ndarray
+    """EMB hit bytes this window at EMB capacity ``r·B``, float64."""
+    lookup_bytes: float
+    """EMB bytes looked up this window."""
+    kv_reused_tokens: np.ndarray
+    """KV tokens reused this window at KV capacity ``(1 − r)·B``, float64."""
+    ctx_tokens: float
+    """Context tokens this window."""
+
+
+@dataclass(frozen=True)
+class GhostGains:
+    """Marginal gains of moving δ of the pool at EMB share ``r`` (rates and service seconds)."""
+
+    emb_gain_up: float
+    """EMB hit-rate gain (share of lookup bytes) with EMB share r + δ."""
+    emb_loss_down: float
+    """EMB hit-rate loss with EMB share r − δ."""
+    kv_gain_down: float
+    """KV reuse-rate gain (share of context tokens) with KV share 1 − r + δ (EMB share r − δ)."""
+    kv_loss_up: float
+    """KV reuse-rate loss with EMB share r + δ."""
+    net_up_s: float
+    """Service seconds this window would have saved at r + δ (EMB gain minus KV loss)."""
+    net_down_s: float
+    """Service seconds this window would have saved at r − δ (KV gain minus EMB loss)."""
+
+    def as_dict(self) -> dict[str, float]:
+        return {f"ghost_{k}": float(v) for k, v in self.__dict__.items()}
+
+
+NO_GAINS = GhostGains(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+"""Gains of a window a ghost could not measure (no requests, or not contiguous)."""
+
+
+def share_grid(points: int = GRID_POINTS) -> np.ndarray:
+    """``points`` EMB shares evenly from 0 to 1."""
+    return np.linspace(0.0, 1.0, points)
+
+
+class Ghost:
+    """Shadow EMB and KV LRU stacks over one node's own lookups (see the module docstring)."""
+
+    def __init__(
+        self, wl: core.Workload, pool_bytes: int, kv_bytes_per_token: int, history_windows: int = 1
+    ) -> None:
+        if history_windows < 0:
+            raise ConfigError(
+                f"history_windows must be >= 0, got {history_windows}",
+                hint="pass how many past windows the EMB ghost remembers",
+            )
+        if pool_bytes <= 0 or kv_bytes_per_token <= 0:
+            raise ConfigError(
+                f"pool_bytes and kv_bytes_per_token must be positive, got {pool_bytes}, "
+                f"{kv_bytes_per_token}",
+                hint="pass the node's pool and the model's KV bytes per token",
+            )
+        self.wl = wl
+        self.pool_bytes = int(pool_bytes)
+        self.history_windows = history_windows
+        self.r_grid = share_grid()
+        self.emb_grid = np.floor(self.r_grid * pool_bytes).astype(np.int64)
+        self.kv_grid = np.floor((1.0 - self.r_grid) * pool_bytes / kv_bytes_per_token).astype(
+            np.int64
+        )
+        self._kv: KvDistances | None = None
+        self._hist: list[tuple[np.ndarray, np.ndarray]] = []  # (keys, offsets) per past window
+
+    def reset(self) -> None:
+        """Forget the remembered lookups (a cold node)."""
+        self._hist = []
+
+    @property
+    def kv(self) -> KvDistances:
+        if self._kv is None:  # one pass per trace, on first use
+            self._kv = kv_distances(self.wl)
+        return self._kv
+
+    def observe(self, start: int, stop: int, n_computed: np.ndarray) -> GhostCurves:
+        """Curves of requests ``[start, stop)`` served with ``n_computed`` prefill tokens each."""
+        ids, offs = core.lookup_stream(self.wl, n_computed, start, stop)
+        past = self._hist[-self.history_windows :] if self.history_windows else []
+        all_ids = np.concatenate([p[0] for p in past] + [ids]) if past else ids
+        parts, base = [np.zeros(1, np.int64)], 0
+        for p_ids, p_offs in [*past, (ids, offs)]:
+            parts.append(p_offs[1:] + base)
+            base += len(p_ids)
+        all_offs = np.concatenate(parts)
+        n_past = len(all_offs) - 1 - (stop - start)
+        edges = np.array([0, n_past, len(all_offs) - 1], np.int64)
+        grid = np.unique(self.emb_grid)
+        hits, look = binned_hits(
+            all_ids, grid, key_bytes=self.wl.keys.key_bytes, offsets=all_offs, edges=edges,
+            n_ids=self.wl.n_keys,
+        )  # fmt: skip
+        emb = hits[1][np.searchsorted(grid, self.emb_grid)].astype(np.float64)
+        if self.history_windows:
+            self._hist = [*self._hist, (ids, offs)][-self.history_windows :]
+        kd = self.kv
+        d, c = kd.dist_tokens[start:stop], kd.reuse_tokens[start:stop]
+        found = d >= 0
+        order = np.argsort(d[found], kind="stable")
+        ds, cs = d[found][order], np.cumsum(c[found][order])
+        k = np.searchsorted(ds, self.kv_grid, side="right")
+        kv = np.where(k > 0, cs[np.maximum(k - 1, 0)] if len(cs) else 0, 0).astype(np.float64)
+        return GhostCurves(
+            self.r_grid, emb, float(look[1]), kv, float(kd.ctx_len[start:stop].sum())
+        )
+
+
+def gains(
+    curves: GhostCurves,
+    r: float,
+    delta: float,
+    emb_s_per_byte: float,
+    kv_s_per_token: float,
+) -> GhostGains:
+    """Marginal gains at share ``r`` for a move of ``delta`` (linear between grid shares).
+
+    ``emb_s_per_byte`` is the service time a missed EMB byte costs;
+    ``kv_s_per_token`` the prefill time of a recomputed token.
+    """
+    if not 0.0 < delta < 1.0:
+        raise ConfigError(f"delta must be in (0, 1), got {delta}", hint="pass e.g. 0.05")
+    if not np.isfinite(r):
+        return NO_GAINS
+    g = curves.r_grid
+    lo, hi = max(r - delta, 0.0), min(r + delta, 1.0)
+    e = np.interp([lo, r, hi], g, curves.emb_hit_bytes)
+    k = np.interp([lo, r, hi], g, curves.kv_reused_tokens)
+    lb, ct = curves.lookup_bytes, curves.ctx_tokens
+    emb_up, emb_down = e[2] - e[1], e[1] - e[0]
+    kv_down, kv_up = k[0] - k[1], k[1] - k[2]
+    return GhostGains(
+        emb_gain_up=emb_up / lb if lb else 0.0,
+        emb_loss_down=emb_down / lb if lb else 0.0,
+        kv_gain_down=kv_down / ct if ct else 0.0,
+        kv_loss_up=kv_up / ct if ct else 0.0,
+        net_up_s=emb_up * emb_s_per_byte - kv_up * kv_s_per_token,
+        net_down_s=kv_down * kv_s_per_token - emb_down * emb_s_per_byte,
+    )

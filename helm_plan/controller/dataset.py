@@ -1,0 +1,198 @@
+"""Label traces: the oracle's per-window labels of one trace, arranged for the training environment.
+
+A :class:`LabelTrace` holds, per window, what :class:`~helm_plan.controller.env.LabelEnv`
+needs to score any ratio without replaying: the coarse P99(r) grid with the
+oracle's own ``(r*, P99*)`` inserted, the hit rates on that grid, the flat
+band, the arrival features, and the *ghost curves* of the oracle schedule's
+own lookups (:mod:`helm_plan.cache.ghost`; the schedule is replayed once with
+lazy refill, as the carry oracle runs it), so the ghost gains at any ``r``
+come from the same machinery a live node uses.
+
+A set of label traces is saved as one ``.npz`` (:func:`save`, :func:`load`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+
+import numpy as np
+
+from helm_plan import io
+from helm_plan.cache.ghost import Ghost
+from helm_plan.errors import InputFileError
+from helm_plan.exec import Progress
+from helm_plan.oracle import Labels, OracleConfig, label_windows
+from helm_plan.sim.config import NodeConfig
+from helm_plan.sim.context import NodeContext
+from helm_plan.sim.policy import fill_forward
+from helm_plan.sim.step import NodeRunner
+
+ARRIVAL_KEYS = ("arrival_rate_rps", "rate_trend", "burst_score", "interarrival_cv",
+                "cold_user_share", "hist_len_mean", "hist_len_p95")  # fmt: skip
+"""Per-window arrival features copied from the label table (independent of r)."""
+
+SET_VERSION = "1"
+
+
+@dataclass(frozen=True, eq=False)
+class LabelTrace:
+    """One labelled trace (arrays have one row per window)."""
+
+    name: str
+    """Where it came from (trace file or scenario)."""
+    window_s: float
+    """Window length, seconds."""
+    slo_ms: float
+    """P99 SLO, ms."""
+    arrival: np.ndarray
+    """(windows, len(ARRIVAL_KEYS)) arrival features."""
+    grid_r: np.ndarray
+    """(windows, G) ratios of the P99 grid per window (coarse grid plus r*), sorted."""
+    grid_p99_ms: np.ndarray
+    """(windows, G) P99 at ``grid_r``, ms."""
+    grid_emb_hit: np.ndarray
+    """(windows, G) EMB hit rate at ``grid_r``."""
+    grid_kv_reuse: np.ndarray
+    """(windows, G) KV reuse rate at ``grid_r``."""
+    r_star: np.ndarray
+    """Oracle ratio per window (NaN for an empty window)."""
+    p99_star_ms: np.ndarray
+    """Oracle P99 per window, ms."""
+    flat_lo: np.ndarray
+    """Lowest r of the flat band."""
+    flat_hi: np.ndarray
+    """Highest r of the flat band."""
+    h2d_util_star: np.ndarray
+    """Demand-miss H2D utilisation at r*."""
+    ghost_emb: np.ndarray
+    """(windows, 101) ghost EMB hit bytes at EMB share 0..1."""
+    ghost_kv: np.ndarray
+    """(windows, 101) ghost KV reused tokens at EMB share 0..1."""
+    ghost_lookup_bytes: np.ndarray
+    """EMB bytes looked up per window."""
+    ghost_ctx_tokens: np.ndarray
+    """Context tokens per window."""
+    emb_s_per_byte: float
+    """Service seconds per missed EMB byte (H2D plus host gather)."""
+    kv_s_per_token: float
+    """Service seconds per recomputed prefill token."""
+
+    @property
+    def n_windows(self) -> int:
+        return len(self.r_star)
+
+
+def cost_coefficients(ctx: NodeContext) -> tuple[float, float]:
+    """(seconds per missed EMB byte, seconds per recomputed token) of the node's latency model."""
+    lat = ctx.latency
+    return 1.0 / lat.h2d_bw_Bps + 1.0 / lat.host_gather_Bps, lat.dense_s_per_token
+
+
+def build(
+    ctx: NodeContext,
+    ncfg: NodeConfig,
+    ocfg: OracleConfig,
+    name: str,
+    labels: Labels | None = None,
+    progress: Progress | None = None,
+) -> LabelTrace:
+    """Label ``ctx`` (unless ``labels`` are given) and gather its :class:`LabelTrace`."""
+    lab = labels or label_windows(ctx, ncfg, ocfg, progress)
+    t = lab.table
+    n_w = t.height
+    cg = np.array(lab.coarse_grid)
+    p99 = lab.grid("p99_ms")
+    emb = lab.grid("emb_hit")
+    kv = lab.grid("kv_reuse")
+    rs = t["r_star"].to_numpy()
+    ps = t["p99_ms"].to_numpy()
+    es, ks = t["emb_hit_rate"].to_numpy(), t["kv_reuse_rate"].to_numpy()
+    gr = np.empty((n_w, len(cg) + 1))
+    gp, ge, gk = np.empty_like(gr), np.empty_like(gr), np.empty_like(gr)
+    for w in range(n_w):
+        r = np.append(cg, rs[w] if np.isfinite(rs[w]) else 0.5)
+        o = np.argsort(r, kind="stable")
+        gr[w] = r[o]
+        gp[w] = np.append(p99[w], ps[w])[o]
+        ge[w] = np.append(emb[w], es[w])[o]
+        gk[w] = np.append(kv[w], ks[w])[o]
+    # the ghost curves of the schedule's own lookups (lazy refill, as the carry oracle runs it)
+    ghost = Ghost(ctx.workload, ctx.pool_bytes, ctx.model.kv_bytes_per_token)
+    node = NodeRunner(ctx, dataclasses.replace(ncfg, refill="lazy"))
+    sched = fill_forward(rs) if np.isfinite(rs).any() else np.full(n_w, 0.5)
+    g_emb, g_kv = np.zeros((n_w, 101)), np.zeros((n_w, 101))
+    g_look, g_ctx = np.zeros(n_w), np.zeros(n_w)
+    for w in range(n_w):
+        res = node.step(float(sched[w]))
+        if res.requests:
+            c = ghost.observe(res.first, res.first + res.requests, res.n_computed)
+            g_emb[w], g_kv[w], g_look[w], g_ctx[w] = (
+                c.emb_hit_bytes, c.kv_reused_tokens, c.lookup_bytes, c.ctx_tokens
+            )  # fmt: skip
+    eb, kt = cost_coefficients(ctx)
+    return LabelTrace(
+        name=name, window_s=ncfg.window_s, slo_ms=ncfg.slo_ms,
+        arrival=np.column_stack([t[k].to_numpy() for k in ARRIVAL_KEYS]),
+        grid_r=gr, grid_p99_ms=gp, grid_emb_hit=ge, grid_kv_reuse=gk,
+        r_star=rs, p99_star_ms=ps,
+        flat_lo=t["r_flat_lo"].to_numpy(), flat_hi=t["r_flat_hi"].to_numpy(),
+        h2d_util_star=t["h2d_util"].to_numpy(),
+        ghost_emb=g_emb, ghost_kv=g_kv, ghost_lookup_bytes=g_look, ghost_ctx_tokens=g_ctx,
+        emb_s_per_byte=eb, kv_s_per_token=kt,
+    )  # fmt: skip
+
+
+def write_npz(path: str | os.PathLike[str], arrays: dict[str, np.ndarray]) -> Path:
+    """Write ``arrays`` as an uncompressed ``.npz`` atomically (through helm_plan.io)."""
+    buf = BytesIO()
+    np.savez(buf, **arrays)
+    return io.write_bytes(path, buf.getvalue())
+
+
+_FIELDS = [f.name for f in dataclasses.fields(LabelTrace)]
+
+
+def save(traces: list[LabelTrace], path: str | os.PathLike[str]) -> Path:
+    """Write label traces to one ``.npz`` (atomically)."""
+    arrays: dict[str, np.ndarray] = {"set_version": np.array(SET_VERSION),
+                                     "n": np.array(len(traces))}  # fmt: skip
+    for i, tr in enumerate(traces):
+        for f in _FIELDS:
+            arrays[f"{i}.{f}"] = np.asarray(getattr(tr, f))
+    return write_npz(path, arrays)
+
+
+def load(path: str | os.PathLike[str]) -> list[LabelTrace]:
+    """Read label traces written by :func:`save`."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputFileError(
+            f"label set {p} not found",
+            hint="make one with `helm-plan train TRACE... --save-labels FILE`",
+        )
+    try:
+        z = np.load(p, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise InputFileError(
+            f"cannot read {p} as a label set: {e}",
+            hint="make one with `helm-plan train TRACE... --save-labels FILE`",
+        ) from e
+    with z:
+        if "set_version" not in z or str(z["set_version"]) != SET_VERSION:
+            raise InputFileError(
+                f"{p} is not a helm-plan label set of version {SET_VERSION}",
+                hint="rebuild it with `helm-plan train TRACE... --save-labels FILE`",
+            )
+        out = []
+        for i in range(int(z["n"])):
+            kw = {f: z[f"{i}.{f}"] for f in _FIELDS}
+            for f in ("name",):
+                kw[f] = str(kw[f])
+            for f in ("window_s", "slo_ms", "emb_s_per_byte", "kv_s_per_token"):
+                kw[f] = float(kw[f])
+            out.append(LabelTrace(**kw))
+    return out

@@ -1,0 +1,320 @@
+"""The deployable controller: numpy only, ``Controller.step(features) -> ratio``.
+
+A serving runtime embeds this module (it never imports torch). At each
+window boundary it passes the observation vector of the window just served
+(:func:`helm_plan.controller.features.observation`) and gets the EMB share
+for the next window. Three layers, with their state:
+
+1. **Base policy**: the PPO actor (two tanh layers) picks a shift of ``r``
+   (argmax, deterministic). It moves the controller's *base* ratio.
+2. **Residual adapter**: a bounded online correction ``c`` added to the base
+   ratio, ``|c| <= adapter_cap``. Each window it moves by ``adapter_lr`` times
+   the ghost signal ``tanh(net_up − net_down)`` (the service seconds a move
+   of δ toward EMB would save minus those of a move toward KV), and decays by
+   ``adapter_decay`` so an old correction fades. Frozen during bursts.
+3. **Burst-aware recovery**: an EWMA band on the log arrival rate and the
+   cold-user share (z-scores against the EWMA mean and deviation) with a
+   one-sided CUSUM; a burst starts when the CUSUM passes ``cusum_h`` or one
+   z-score passes ``z_enter``, and ends after ``calm_windows`` windows with
+   both z-scores under ``z_exit`` (hysteresis: no flapping). During a burst
+   the shift per window is capped at ``burst_max_shift`` and the EWMAs stop
+   learning (a burst must not become the baseline). After it, the ratio
+   returns to the last stable ratio (the ratio when the burst began) in
+   ``recovery_windows`` equal steps. A burst that lasts ``max_burst_windows``
+   is a level shift: the band adopts the new level and the ratio stays.
+
+The controller file is a ``.npz``: the actor's weights, the shifts, the
+feature version (checked: a controller for other features is an error) and
+a JSON card.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from helm_plan.controller.features import (
+    COLD_INDEX,
+    FEATURE_VERSION,
+    N_FEATURES,
+    NET_DOWN_INDEX,
+    NET_UP_INDEX,
+    RATE_INDEX,
+    check_version,
+)
+from helm_plan.errors import ConfigError, InputFileError
+
+DEFAULT_PATH = Path(__file__).parent / "default" / "controller.npz"
+"""The shipped controller (trained by ``scripts/train_controller.sh``)."""
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """The online layers' settings (layer 1 has none: it is the trained actor)."""
+
+    hold_margin: float = 0.5
+    """Layer 1 holds r unless its best shift's logit beats holding by more than this
+    (0: plain argmax); the fallback when the actor is unsure. 0.5 keeps |r − r*| and
+    regret on the training labels and cuts the total movement by 60%."""
+    adapter: bool = True
+    """Run layer 2, the residual adapter."""
+    adapter_cap: float = 0.1
+    """Largest |correction| the adapter adds to the base ratio."""
+    adapter_lr: float = 0.02
+    """Adapter step per window per unit of ghost signal."""
+    adapter_decay: float = 0.1
+    """Share of the correction forgotten per window."""
+    burst: bool = True
+    """Run layer 3, burst detection and recovery."""
+    ewma_alpha: float = 0.2
+    """Weight of a new window in the EWMA mean and variance of rate and cold share."""
+    z_enter: float = 4.0
+    """A z-score above this starts a burst at once."""
+    cusum_k: float = 1.0
+    """CUSUM slack, in z units (a trend that moves the rate ~10% a window stays under it)."""
+    cusum_h: float = 4.0
+    """CUSUM threshold that starts a burst."""
+    z_exit: float = 2.0
+    """Both z-scores below this count as a calm window."""
+    calm_windows: int = 2
+    """Calm windows that end a burst."""
+    max_burst_windows: int = 8
+    """A "burst" longer than this is a level shift: the band adopts it, the burst ends and the
+    ratio stays where the capped moves took it (no return to a ratio of the old level)."""
+    burst_max_shift: float = 0.05
+    """Largest |Δr| per window during a burst."""
+    recovery_windows: int = 3
+    """Windows to return to the last stable ratio after a burst."""
+    min_sd: float = 0.1
+    """Floor of the EWMA deviations of log1p(rate) and the cold share (a flat history must
+    not make every wiggle a burst): with z_enter 4, a 50% rate jump or a cold share up 0.4
+    starts a burst at once, smaller steps through the CUSUM."""
+
+    def __post_init__(self) -> None:
+        for name in ("hold_margin", "adapter_cap", "adapter_lr", "burst_max_shift", "min_sd"):
+            if not (getattr(self, name) >= 0.0 and math.isfinite(getattr(self, name))):
+                raise ConfigError(
+                    f"{name} must be finite and >= 0, got {getattr(self, name)}",
+                    hint=f"pass {name} >= 0",
+                )
+        for name in ("adapter_decay", "ewma_alpha"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(
+                    f"{name} must be in [0, 1], got {getattr(self, name)}", hint="pass 0..1"
+                )
+        for name in ("calm_windows", "recovery_windows", "max_burst_windows"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(
+                    f"{name} must be >= 1, got {getattr(self, name)}", hint=f"pass {name} >= 1"
+                )
+
+
+class Controller:
+    """The three-layer controller and its state (see the module docstring)."""
+
+    def __init__(
+        self,
+        weights: dict[str, np.ndarray],
+        shifts: np.ndarray,
+        cfg: RuntimeConfig | None = None,
+        card: dict[str, Any] | None = None,
+        feature_version: str = FEATURE_VERSION,
+        source: str = "controller",
+    ) -> None:
+        check_version(feature_version, source)
+        self.cfg = cfg or RuntimeConfig()
+        self.card = card or {}
+        self.source = source
+        n = len([k for k in weights if k.startswith("W")])
+        self._W = [np.ascontiguousarray(weights[f"W{i}"], np.float64) for i in range(n)]
+        self._b = [np.ascontiguousarray(weights[f"b{i}"], np.float64) for i in range(n)]
+        if n == 0 or self._W[0].shape[1] != N_FEATURES:
+            raise ConfigError(
+                f"{source}: the actor takes {self._W[0].shape[1] if n else 0} features, "
+                f"feature version {FEATURE_VERSION} has {N_FEATURES}",
+                hint="retrain the controller with `helm-plan train`",
+            )
+        self.shifts = np.asarray(shifts, np.float64)
+        self._shift_list = [float(v) for v in self.shifts]
+        self._Wa = [np.hstack([W, b[:, None]]) for W, b in zip(self._W, self._b, strict=True)]
+        self._hs = [np.ones(W.shape[1] + 1) for W in self._W]  # inputs of each layer, then 1
+        self._hold = int(np.argmin(np.abs(self.shifts)))  # the zero shift
+        if self._W[-1].shape[0] != len(self.shifts):
+            raise ConfigError(
+                f"{source}: the actor has {self._W[-1].shape[0]} actions for "
+                f"{len(self.shifts)} shifts",
+                hint="retrain the controller with `helm-plan train`",
+            )
+        self.reset()
+
+    # -------------------------------------------------------------- files
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], cfg: RuntimeConfig | None = None) -> Controller:
+        """A controller from a ``.npz`` written by :meth:`save`."""
+        p = Path(path)
+        if not p.exists():
+            raise InputFileError(
+                f"controller file {p} not found",
+                hint="train one with `helm-plan train TRACE... -o FILE`",
+            )
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                d = {k: z[k] for k in z.files}
+        except (OSError, ValueError) as e:
+            raise InputFileError(
+                f"cannot read {p} as a controller: {e}",
+                hint="pass a .npz written by `helm-plan train`",
+            ) from e
+        if "feature_version" not in d or "shifts" not in d:
+            raise InputFileError(
+                f"{p} is not a helm-plan controller (no feature version or shifts)",
+                hint="pass a .npz written by `helm-plan train`",
+            )
+        weights = {k: v for k, v in d.items() if k[0] in "Wb" and k[1:].isdigit()}
+        card = json.loads(str(d["card"])) if "card" in d else {}
+        return cls(weights, d["shifts"], cfg, card, str(d["feature_version"]), str(p))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """What :meth:`save` writes."""
+        out: dict[str, np.ndarray] = {}
+        for i, (W, b) in enumerate(zip(self._W, self._b, strict=True)):
+            out[f"W{i}"], out[f"b{i}"] = W, b
+        out["shifts"] = self.shifts
+        out["feature_version"] = np.array(FEATURE_VERSION)
+        out["card"] = np.array(json.dumps(self.card, sort_keys=True, default=str))
+        return out
+
+    # -------------------------------------------------------------- state
+
+    def reset(self, ratio: float = float("nan")) -> None:
+        """Forget all online state (a node starting cold)."""
+        self.base = ratio
+        self.correction = 0.0
+        self.ratio = ratio
+        self.in_burst = False
+        self.stable_ratio = ratio
+        self._m0 = self._m1 = float("nan")  # EWMA means of log1p(rate) and cold share
+        self._v0 = self._v1 = 0.0  # and their EWMA variances
+        self._cusum = 0.0
+        self._calm = self._burst_len = 0
+        self._recover_left = 0
+        self.bursts = 0
+
+    def with_config(self, cfg: RuntimeConfig) -> Controller:
+        """The same actor with other online settings (fresh state)."""
+        return Controller(
+            {f"W{i}": W for i, W in enumerate(self._W)} | {f"b{i}": b for i, b in enumerate(self._b)},
+            self.shifts, cfg, self.card, FEATURE_VERSION, self.source,
+        )  # fmt: skip
+
+    # -------------------------------------------------------------- layers
+
+    def base_shift(self, x: np.ndarray) -> float:
+        """Layer 1: the actor's shift for observation ``x`` (argmax of its logits)."""
+        # biases folded into the weights ([W | b] against [h, 1]) and buffers made once:
+        # a handful of ufunc calls and no allocation (the µs budget)
+        Wa, hs = self._Wa, self._hs
+        hs[0][:-1] = x
+        for i in range(len(Wa) - 1):
+            np.tanh(np.dot(Wa[i], hs[i]), out=hs[i + 1][:-1])
+        lg = np.dot(Wa[-1], hs[-1])
+        k = int(lg.argmax())
+        if self.cfg.hold_margin > 0.0 and lg[k] - lg[self._hold] <= self.cfg.hold_margin:
+            return 0.0
+        return self._shift_list[k]
+
+    def _detect(self, x: np.ndarray) -> bool:
+        """Layer 3's detector: update the EWMA band and CUSUM, return whether a burst is on."""
+        cfg = self.cfg
+        v0, v1 = float(x[RATE_INDEX]) * 8.0, float(x[COLD_INDEX])  # log1p(rate), cold share
+        if self._m0 != self._m0:  # first window: the band starts here
+            self._m0, self._m1 = v0, v1
+            return False
+        z0 = (v0 - self._m0) / max(math.sqrt(self._v0), cfg.min_sd)
+        z1 = (v1 - self._m1) / max(math.sqrt(self._v1), cfg.min_sd)
+        z = z0 if z0 > z1 else z1
+        self._cusum = max(0.0, self._cusum + z - cfg.cusum_k)
+        if not self.in_burst:
+            if z > cfg.z_enter or self._cusum > cfg.cusum_h:
+                self.in_burst = True
+                self.bursts += 1
+                self._calm = self._burst_len = 0
+            else:  # the band learns only outside bursts: a burst must not become the baseline
+                a = cfg.ewma_alpha
+                d0, d1 = v0 - self._m0, v1 - self._m1
+                self._m0 += a * d0
+                self._m1 += a * d1
+                self._v0 = (1 - a) * (self._v0 + a * d0 * d0)
+                self._v1 = (1 - a) * (self._v1 + a * d1 * d1)
+        else:
+            self._burst_len += 1
+            self._calm = self._calm + 1 if z < cfg.z_exit else 0
+            if self._calm >= cfg.calm_windows:
+                self.in_burst = False
+                self._cusum = 0.0
+                self._recover_left = cfg.recovery_windows
+            elif self._burst_len >= cfg.max_burst_windows:  # a new level, not a burst
+                self.in_burst = False
+                self._cusum, self._v0, self._v1 = 0.0, 0.0, 0.0
+                self._m0, self._m1 = v0, v1
+                self.stable_ratio = self.ratio
+        return self.in_burst
+
+    def step(self, features: np.ndarray) -> float:
+        """The EMB share for the next window, from the observation of the window just served."""
+        cfg = self.cfg
+        x = features
+        r_now = float(x[11])  # the ratio the node ran at (observation's "ratio")
+        if self.ratio != self.ratio:  # first decision: start from where the node is
+            self.ratio = self.base = self.stable_ratio = r_now
+        was_burst = self.in_burst
+        burst = self._detect(x) if cfg.burst else False
+        shift = self.base_shift(x)
+        if burst:
+            if not was_burst:
+                self.stable_ratio = self.ratio
+            shift = min(max(shift, -cfg.burst_max_shift), cfg.burst_max_shift)
+            self.base = min(max(self.base + shift, 0.0), 1.0)
+            out = min(max(self.ratio + shift, 0.0), 1.0)
+            self.ratio = out
+            return out
+        if self._recover_left > 0:
+            # back to the last stable ratio in equal steps; the base policy resumes from there
+            self.ratio += (self.stable_ratio - self.ratio) / self._recover_left
+            self._recover_left -= 1
+            self.base, self.correction = self.ratio, 0.0
+            return self.ratio
+        self.base = min(max(self.base + shift, 0.0), 1.0)
+        if cfg.adapter:
+            g = math.tanh(float(x[NET_UP_INDEX]) - float(x[NET_DOWN_INDEX]))
+            c = (1.0 - cfg.adapter_decay) * self.correction + cfg.adapter_lr * g
+            self.correction = min(max(c, -cfg.adapter_cap), cfg.adapter_cap)
+        self.ratio = min(max(self.base + self.correction, 0.0), 1.0)
+        self.stable_ratio = self.ratio
+        return self.ratio
+
+
+def save(ctrl: Controller, path: str | os.PathLike[str]) -> Path:
+    """Write ``ctrl`` as an uncompressed ``.npz`` (atomically)."""
+    from io import BytesIO
+
+    from helm_plan import io
+
+    buf = BytesIO()
+    np.savez(buf, **ctrl.arrays())
+    return io.write_bytes(path, buf.getvalue())
+
+
+def config_fields() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(RuntimeConfig))
+
+
+def config_dict(cfg: RuntimeConfig) -> dict[str, Any]:
+    return asdict(cfg)
