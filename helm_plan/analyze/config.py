@@ -70,6 +70,9 @@ class AnalyzeConfig:
     """Share of requests the plan requires within the SLO."""
     routers: tuple[str, ...] = ("jsq", "affinity", "kv-overlap", "helm")
     """Routers the plan and the routing comparison cover."""
+    plan_policies: tuple[str, ...] = ("best-static", "emb-max", "kv-max", "controller")
+    """Policies the plan covers (hill-climb is left out of analyze's plan: it is a baseline the
+    controller's tests already beat, and every policy adds a search per router)."""
     max_nodes: int = 64
     """Largest fleet the plan considers."""
     capacity_max_requests: int = 100_000

@@ -25,6 +25,7 @@ from helm_plan.arrays import from_table
 from helm_plan.exec import Executor, Progress
 from helm_plan.plan import PlanConfig
 from helm_plan.plan.scale import scale
+from helm_plan.policies import POLICIES
 from helm_plan.sim import NodeContext, prepare_context, simulate_node
 
 
@@ -32,7 +33,8 @@ def capacity_inputs(cfg: AnalyzeConfig) -> CapacityInputs:
     """The plan analyze runs: the analysed GPU, model, pool and SLO, at the planned traffic."""
     pcfg = PlanConfig(
         gpus=(cfg.gpu,), model=cfg.model, latency=cfg.latency, slo_ms=cfg.slo_ms,
-        attainment=cfg.attainment, routers=tuple(cfg.routers), peak_qps=cfg.peak_qps,
+        attainment=cfg.attainment, routers=tuple(cfg.routers),
+        policies=tuple(p for p in cfg.plan_policies if p.partition(":")[0] in POLICIES), peak_qps=cfg.peak_qps,
         scale=cfg.scale, max_nodes=cfg.max_nodes, pool_bytes=cfg.pool_bytes,
         pool_fraction=cfg.pool_fraction, node=cfg.node, oracle=cfg.oracle,
         load_max_requests=cfg.capacity_max_requests, n_boot=cfg.n_boot,

@@ -175,8 +175,12 @@ def labels_tables(labels: Labels) -> dict[str, pl.DataFrame]:
 
 # ------------------------------------------------------------------ policies
 
-POLICY_NAMES = ("best-static", "emb-max", "kv-max", "naive-adaptive", "adaptive")
-"""Policies compared by analyze, in table order (specs of :mod:`helm_plan.policies`)."""
+POLICY_NAMES = ("best-static", "emb-max", "kv-max", "naive-adaptive", "adaptive", "controller")
+"""Policies compared by analyze, in table order (specs of :mod:`helm_plan.policies`); the
+``controller`` is the shipped default (:mod:`helm_plan.controller`), deciding per window from
+what a server measures."""
+ADAPTIVE_NAMES = ("naive-adaptive", "adaptive", "controller")
+"""Policies compared with best static by the window bootstrap."""
 
 
 def oracle_pooled(
@@ -303,7 +307,7 @@ def stage_policies(
     i0 = len(base.sojourn_s) - base.requests
     widx = np.repeat(np.arange(len(base.ratios)), base.windows["requests"].to_numpy())
     ad_rows = []
-    for name in ("naive-adaptive", "adaptive"):
+    for name in ADAPTIVE_NAMES:
         ci = adaptivity_ci(
             base.sojourn_s[i0:], results[name].sojourn_s[i0:], widx[i0:],
             n_boot=n_boot, level=confidence, seed=seed,
@@ -342,9 +346,20 @@ def stage_policies(
         "oracle_schedule": oracle_schedule,
         "measured_from_window": base.measured_from_window,
         "static_replays": runs.replays,
+        "controller_decision_latency_us": _card_latency(),
         "flat_tol": oracle_cfg.flat_tol,
     }
     return StageOutput(tables=tables, meta=meta)
+
+
+def _card_latency() -> dict[str, float] | None:
+    """The shipped controller's decision latency as its card records it (median, p99 µs)."""
+    import json
+
+    from helm_plan.controller.runtime import DEFAULT_PATH
+
+    card = DEFAULT_PATH.with_name("card.json")
+    return json.loads(card.read_text()).get("decision_latency_us") if card.is_file() else None
 
 
 def latency_table(lat: LatencyModel, source: str) -> pl.DataFrame:

@@ -26,6 +26,7 @@ from helm_plan._version import __version__
 from helm_plan.inspect import LABELS as STAT_LABELS
 from helm_plan.report import figures
 from helm_plan.report.capacity import capacity_body, routing_body
+from helm_plan.report.controller import controller_body, controller_summary
 from helm_plan.report.store import RunData
 from helm_plan.report.summary import flat_tol, headline, stats_dict, verdict
 
@@ -39,6 +40,7 @@ SECTION_TITLES = {
     "latency": "Latency model",
     "oracle": "Oracle timeline",
     "policies": "Policies",
+    "controller": "Controller",
     "sensitivity": "Sensitivity",
     "reproducibility": "Reproducibility",
 }
@@ -354,9 +356,12 @@ def render(run: RunData) -> str:
         "latency": _latency(run, figs),
         "oracle": _oracle(run, figs),
         "policies": _policies(run, figs),
+        "controller": controller_body(run, lambda f: figs.add("controller", f), table, FMTS),
         "sensitivity": _sensitivity(run, figs),
         "reproducibility": _repro(run),
     }
+    if controller_summary(run) is None:  # analyze ran no controller
+        bodies.pop("controller")
     if not run.table("capacity").is_empty():  # planned (not --no-capacity): the answer first
         bodies = {"summary": bodies.pop("summary"),
                   "capacity": capacity_body(run, lambda f: figs.add("capacity", f), table, FMTS),

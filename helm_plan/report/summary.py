@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from helm_plan.report.controller import controller_summary
 from helm_plan.report.store import RunData
 
 SUMMARY_SCHEMA = "helm-plan/summary"
@@ -278,6 +279,7 @@ def build_summary(run: RunData) -> dict[str, Any]:
     }
     out["capacity"] = capacity_summary(run)
     out.update(headline(run))
+    out["controller"] = controller_summary(run)
     out["sensitivity"] = sensitivity_summary(run)
     out["verdict"] = verdict(run)
     out["timings_s"] = (

@@ -13,6 +13,7 @@ from conftest import small_table
 from helm_plan import trace
 from helm_plan.analyze import build_config, run_analyze
 from helm_plan.oracle import OracleConfig, best_static, label_windows, read_labels
+from helm_plan.policies import PolicyEnv, parse_policy
 from helm_plan.sim import NodeConfig, fill_forward, load_context, simulate_node
 
 PLAN = {
@@ -55,7 +56,14 @@ def test_summary_matches_separate_simulations(run):
         "adaptive": (sched, "throttled"),
     }
     got = {p["name"]: p for p in s["policies"]}
-    assert list(got) == list(expect)
+    assert list(got) == [*expect, "controller"]
+    # the shipped controller, run by itself from the policy catalogue on the same node
+    ctl = parse_policy("controller").build(ctx, ncfg, PolicyEnv(oracle=ocfg))
+    r = simulate_node(ctx, ctl.policy, dataclasses.replace(ncfg, refill=ctl.refill or ncfg.refill))
+    assert got["controller"]["p99_ms"] == pytest.approx(r.p99_ms, rel=1e-12)
+    c = s["controller"]
+    assert c["regret_vs_oracle"] == pytest.approx(r.p99_ms / s["oracle"]["p99_ms"] - 1)
+    assert c["vs_best_static"] == pytest.approx(r.p99_ms / bs.p99_ms - 1)
     for name, (ratios, refill) in expect.items():
         r = simulate_node(ctx, ratios, dataclasses.replace(ncfg, refill=refill))
         m = r.measured_from_window
@@ -104,7 +112,7 @@ def test_outputs_and_store_tables(run):
             "versions", "timings", "run_meta", "workload_arrivals", "capacity",
             "capacity_savings", "load_curve", "max_qps", "routing"}  # fmt: skip
     assert want <= tables
-    assert n_pw == 5 * len(read_labels(res.labels_path).r_star)
+    assert n_pw == 6 * len(read_labels(res.labels_path).r_star)
 
 
 def test_rerun_reuses_every_stage_and_report_rebuilds_identically(run):

@@ -64,5 +64,6 @@ def test_report_renders_offline_in_chromium(report, tmp_path):
     assert requests == [url]  # the document itself, nothing else
     assert len(counts) >= 12 and all(c > 0 for c in counts)
     assert sections == ["summary", "capacity", "routing", "workload", "curves", "latency",
-                        "oracle", "policies", "sensitivity", "reproducibility"]  # fmt: skip
+                        "oracle", "policies", "controller", "sensitivity",
+                        "reproducibility"]  # fmt: skip
     assert (tmp_path / "report.png").stat().st_size > 10_000

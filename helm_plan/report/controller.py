@@ -1,0 +1,136 @@
+"""The report's Controller section: the deployable controller against the oracle and best static.
+
+Read from the policy tables analyze already has (``policy_windows``,
+``sensitivity``, ``adaptivity``, ``labels``): the controller's r per window
+against r* and its flat band, the distribution of |r − r*|, its P99 regret
+against the oracle schedule and best static with the window-bootstrap CI,
+and its decision latency from the shipped card. |r − r*| is summarised only
+over windows whose flat band is narrower than :data:`NARROW_BAND`: where the
+band is wide, r* is one arbitrary point of a plateau and the distance means
+nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+import polars as pl
+
+from helm_plan.report.figures import _layout
+from helm_plan.report.store import RunData
+
+NAME = "controller"
+"""The policy row analyze runs for the shipped default controller."""
+NARROW_BAND = 0.1
+"""Windows whose flat band is narrower than this are where |r − r*| is meaningful."""
+
+
+def controller_summary(run: RunData) -> dict[str, Any] | None:
+    """summary.json's ``controller`` object (None when analyze ran no controller)."""
+    pols = run.table("policies")
+    if pols.is_empty() or NAME not in pols["policy"].to_list():
+        return None
+    row = pols.filter(pl.col("policy") == NAME).row(0, named=True)
+    bs = pols.filter(pl.col("policy") == "best-static")
+    bs_p99 = bs["p99_ms"][0] if bs.height else None
+    o_p99 = run.meta.get("oracle_p99_ms")
+    sens = run.table("sensitivity")
+    lab = run.table("labels")
+    narrow = (
+        sens.filter(pl.col("policy") == NAME)
+        .join(lab.select("window", "flat_width"), on="window")
+        .filter(pl.col("flat_width") < NARROW_BAND)
+        if not sens.is_empty() and not lab.is_empty()
+        else pl.DataFrame()
+    )
+    ad = run.table("adaptivity")
+    adr = ad.filter(pl.col("policy") == NAME) if not ad.is_empty() else ad
+    gain = adr.row(0, named=True) if adr.height else {}
+    p99 = row.get("p99_ms")
+    return {
+        "p99_ms": p99,
+        "slo_attainment": row.get("slo_attainment"),
+        "regret_vs_oracle": p99 / o_p99 - 1 if p99 and o_p99 else None,
+        "vs_best_static": p99 / bs_p99 - 1 if p99 and bs_p99 else None,
+        "gain_vs_best_static": gain.get("p99_reduction"),
+        "gain_ci_low": gain.get("ci_low"),
+        "gain_ci_high": gain.get("ci_high"),
+        "mean_abs_dr_all": row.get("mean_abs_dr"),
+        "narrow_band_windows": int(narrow.height),
+        "mean_abs_dr_narrow": float(narrow["abs_dr"].mean()) if narrow.height else None,
+        "decision_latency_us": run.meta.get("controller_decision_latency_us"),
+    }
+
+
+def timeline(run: RunData) -> go.Figure | None:
+    """The controller's r per window against r* and its flat band."""
+    pw, lab = run.table("policy_windows"), run.table("labels")
+    if pw.is_empty() or lab.is_empty():
+        return None
+    c = pw.filter(pl.col("policy") == NAME).sort("t_start_s")
+    if c.is_empty():
+        return None
+    lab = lab.sort("t_start_s")
+    x = lab["t_start_s"].to_list()
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=x + x[::-1], y=lab["flat_hi"].to_list() + lab["flat_lo"].to_list()[::-1],
+                             fill="toself", fillcolor="rgba(42,157,143,0.15)", line={"width": 0},
+                             name="flat band (within 2% of r*)", hoverinfo="skip"))  # fmt: skip
+    fig.add_trace(go.Scatter(x=x, y=lab["r_star"].to_list(), mode="lines", name="r* (oracle)",
+                             line={"color": "#2a9d8f", "dash": "dot", "shape": "hv"}))  # fmt: skip
+    fig.add_trace(go.Scatter(x=c["t_start_s"].to_list(), y=c["ratio"].to_list(), mode="lines",
+                             name="controller r", line={"color": "#d62828", "shape": "hv"}))  # fmt: skip
+    return _layout(fig, "Controller r per window against r* and its flat band",
+                   xaxis_title="time (s)", yaxis_title="r (EMB share)", yaxis_range=[0, 1])  # fmt: skip
+
+
+def distance(run: RunData) -> go.Figure | None:
+    """Distribution of |r − r*| over measured windows, all and narrow-band."""
+    sens, lab = run.table("sensitivity"), run.table("labels")
+    if sens.is_empty() or lab.is_empty():
+        return None
+    d = sens.filter(pl.col("policy") == NAME).join(lab.select("window", "flat_width"), on="window")
+    if d.is_empty():
+        return None
+    fig = go.Figure()
+    fig.add_trace(go.Histogram(x=d["abs_dr"].to_list(), name="all windows", nbinsx=20,
+                               marker={"color": "#adb5bd"}))  # fmt: skip
+    n = d.filter(pl.col("flat_width") < NARROW_BAND)
+    fig.add_trace(go.Histogram(x=n["abs_dr"].to_list(), name=f"flat band < {NARROW_BAND:g}",
+                               nbinsx=20, marker={"color": "#d62828"}))  # fmt: skip
+    return _layout(fig, "|r − r*| per measured window", xaxis_title="|r − r*|",
+                   yaxis_title="windows", barmode="overlay", hovermode="closest")  # fmt: skip
+
+
+def controller_body(run: RunData, fig_div, table, fmts: dict[str, Any]) -> str:
+    """The Controller section (left out of the report when analyze ran no controller)."""
+    s = controller_summary(run) or {}
+    t, num, pct, fix = fmts["text"], fmts["num"], fmts["pct"], fmts["fixed"]
+    lat = s.get("decision_latency_us") or {}
+    rows = [
+        {"k": "P99 (ms) / SLO attainment",
+         "v": f"{fix(3)(s.get('p99_ms'))} / {pct(2)(s.get('slo_attainment'))}"},
+        {"k": "regret against the oracle schedule", "v": pct(2)(s.get("regret_vs_oracle"))},
+        {"k": "P99 against best static", "v": pct(2)(s.get("vs_best_static"))},
+        {"k": "P99 reduction vs best static (CI)",
+         "v": f"{pct(2)(s.get('gain_vs_best_static'))} ({pct(2)(s.get('gain_ci_low'))} … "
+              f"{pct(2)(s.get('gain_ci_high'))})"},
+        {"k": "mean |r − r*|, all measured windows", "v": fix(3)(s.get("mean_abs_dr_all"))},
+        {"k": f"mean |r − r*|, flat band < {NARROW_BAND:g}",
+         "v": f"{fix(3)(s.get('mean_abs_dr_narrow'))} over {num(s.get('narrow_band_windows'))} "
+              "windows"},
+        {"k": "decision latency (µs, median / p99, shipped card)",
+         "v": f"{fix(1)(lat.get('median'))} / {fix(1)(lat.get('p99'))}"},
+    ]  # fmt: skip
+    return (
+        '<p class="lead">The shipped controller (PPO base policy, residual adapter on ghost-cache '
+        "gains, burst-aware recovery) decides r at each window boundary from what a server "
+        "measures; the oracle sees the future. Where a window's flat band is wide, r* is an "
+        "arbitrary point of a plateau and |r − r*| means nothing, so the distance is also "
+        f"given over windows whose band is narrower than {NARROW_BAND:g}. The layer ablation "
+        "is measured by <code>benchmarks/bench_controller.py</code>.</p>"
+        + table(rows, [("k", "figure", t), ("v", "value", t)])
+        + fig_div(timeline(run))
+        + fig_div(distance(run))
+    )
