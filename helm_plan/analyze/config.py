@@ -75,7 +75,7 @@ class AnalyzeConfig:
     controller's tests already beat, and every policy adds a search per router)."""
     max_nodes: int = 64
     """Largest fleet the plan considers."""
-    capacity_max_requests: int = 100_000
+    capacity_max_requests: int = 50_000
     """Largest trace one point of the plan's single-node load curve simulates."""
     node: NodeConfig = field(default_factory=NodeConfig)
     """Node simulator settings (plan section ``[node]``; slo_ms/window_s come from here)."""
