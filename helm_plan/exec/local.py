@@ -46,8 +46,12 @@ class SerialExecutor(Executor):
 
 
 def _init_worker(shared: Any) -> None:
-    # Only the parent reports Ctrl-C; workers stop when the parent shuts the pool down.
+    # Only the parent reports Ctrl-C; workers stop when the parent shuts the pool down. A
+    # worker starts with SIGINT blocked (map spawns it so), so a Ctrl-C that reaches the
+    # process group while it is still importing stays pending and is dropped here, instead
+    # of printing a KeyboardInterrupt traceback from the worker's bootstrap.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _SHARED["value"] = shared
 
 
@@ -86,7 +90,13 @@ class ProcessExecutor(Executor):
             initializer=_init_worker, initargs=(shared,),
         )  # fmt: skip
         try:
-            futs = {ex.submit(_call, fn, it): i for i, it in enumerate(items)}
+            # workers are spawned by submit: block SIGINT meanwhile so they inherit the mask
+            # (the parent's own pending Ctrl-C is delivered when the mask is restored)
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                futs = {ex.submit(_call, fn, it): i for i, it in enumerate(items)}
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             for done, f in enumerate(as_completed(futs), 1):
                 i = futs[f]
                 try:
