@@ -154,3 +154,41 @@ def test_fewer_free_rows_than_candidates_copies_exactly_the_hottest():
     kb2 = np.array([1, 100, 1, 100, 100, 10, 300, 1])
     np.testing.assert_array_equal(hottest_missing(counts, resident, kb2, 250), [4, 1])
     assert hottest_missing(counts, resident, kb, 350).dtype == np.int32
+
+
+def test_refill_plans_by_hand():
+    from helm_plan.errors import ConfigError
+    from helm_plan.sim.refill import REFILL_MODES, Eager, Lazy, Throttled, get_refill
+
+    lat = coeff_latency(SLOW)
+    assert list(REFILL_MODES) == ["lazy", "eager", "throttled"]
+    assert isinstance(get_refill("eager"), Eager) and isinstance(get_refill("lazy"), Lazy)
+    with pytest.raises(ConfigError) as err:
+        get_refill("fast")
+    assert str(err.value) == "unknown refill mode 'fast'"
+    assert err.value.hint == "use one of lazy, eager, throttled"
+    keys, kb = np.array([7], np.int64), np.array([100], np.int64)
+    # one key of 100 B: eager blocks for latency + 100/h2d + 100/host; resident at the boundary
+    p = get_refill("eager").plan(keys, kb, 3.0, lat, PHI)
+    assert p.keys.dtype == np.int32 and p.keys.tolist() == [7]
+    assert p.ready_s.tolist() == [3.0] and p.copy_end_s == 3.0 and p.demand_share == 1.0
+    assert p.block_s == pytest.approx(1e-5 + 100 / 1e4 + 100 / 1e4, rel=1e-12)
+    # throttled: no block, lands at 3 + latency + 100 (1/(phi h2d) + 1/host); 1 - phi meanwhile
+    p = get_refill("throttled").plan(keys, kb, 3.0, lat, PHI)
+    assert p.keys.dtype == np.int32 and p.keys.tolist() == [7] and p.block_s == 0.0
+    assert p.ready_s[0] == pytest.approx(3.0 + 1e-5 + 0.21, rel=1e-12)
+    assert p.copy_end_s == p.ready_s[0] and p.demand_share == pytest.approx(1 - PHI)
+    # nothing to copy (and lazy never copies): an empty plan ending at the boundary
+    for mode in (Lazy(), Eager(), Throttled()):
+        for k in (np.zeros(0, np.int64), keys) if mode.name == "lazy" else (np.zeros(0, np.int64),):
+            p = mode.plan(k, kb[: len(k)], 3.0, lat, PHI)
+            assert (p.keys.size, p.ready_s.size, p.block_s, p.demand_share, p.copy_end_s) == (
+                0, 0, 0.0, 1.0, 3.0,
+            )  # fmt: skip
+            assert p.keys.dtype == np.int32
+    assert not Lazy.prefetches and Eager.prefetches and Throttled.prefetches
+    for bad in (0.0, 1.0, 1.5):
+        with pytest.raises(ConfigError) as err:
+            get_refill("throttled").plan(keys, kb, 3.0, lat, bad)
+        assert str(err.value) == f"throttle_share must be in (0, 1), got {bad}"
+        assert err.value.hint == "pass --throttle-share between 0 and 1"
