@@ -104,3 +104,74 @@ def test_optuna_trials_are_memoised_and_on_the_lattice():
     assert len(evals) > 5  # Optuna evaluated new points beyond the first five
     assert all(abs(r * 100 - round(r * 100)) < 1e-6 for r in evals)
     assert seed_for(3, 0) == seed_for(3, 0) != seed_for(3, 1)
+
+
+def _bowl(r):
+    """P99 with its minimum at 0.37; NaN (an unusable ratio) above 0.9."""
+    return (
+        (float("nan"), float("nan"), float("nan")) if r > 0.9 else (1.0 + (r - 0.37) ** 2, 1.0, 1.0)
+    )
+
+
+@pytest.fixture
+def studies(monkeypatch):
+    """The Optuna studies search() creates, and the samplers it builds (kind, seed)."""
+    import optuna
+
+    made, samplers = [], []
+    real_create, real_tpe = optuna.create_study, optuna.samplers.TPESampler
+
+    def create(*args, **kw):
+        made.append(real_create(*args, **kw))
+        return made[-1]
+
+    def sampler(kind):
+        def build(seed=None, **kw):
+            samplers.append((kind, seed))
+            return real_tpe(seed=seed)  # a GP sampler would be slow; its seeding is the point
+
+        return build
+
+    monkeypatch.setattr(optuna, "create_study", create)
+    monkeypatch.setattr(optuna.samplers, "TPESampler", sampler("tpe"))
+    monkeypatch.setattr(optuna.samplers, "GPSampler", sampler("gp"))
+    return made, samplers
+
+
+def test_optuna_is_warm_started_on_the_lattice_and_minimises_p99(studies):
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState
+
+    made, samplers = studies
+    ocfg = OracleConfig(coarse_step=0.5, trials=6, ratio_step=0.01)
+    evals = search(_bowl, ocfg, 5)
+    (study,) = made
+    assert samplers == [("tpe", 5)]
+    assert study.direction.name == "MINIMIZE"
+    dist = FloatDistribution(0.0, 1.0, step=0.01)
+    trials = study.trials
+    # warm start: the finite first points (0.98 and 1.0 are NaN: left out), then 6 trials
+    warm = [t for t in trials if t.number < 3]
+    assert [t.params["r"] for t in warm] == [0.0, 0.02, 0.5]
+    assert len(trials) == 3 + 6
+    for t in trials:
+        assert t.distributions == {"r": dist} and t.state == TrialState.COMPLETE
+        r = round(t.params["r"], 9)
+        # a trial's value is the P99 of its ratio; an unusable ratio scores 1e300
+        assert t.value == (1e300 if r > 0.9 else evals[r][0])
+
+
+def test_one_trial_adds_one_evaluation_and_samplers_take_the_task_seed(studies):
+    made, samplers = studies
+    first = len(first_points(OracleConfig(coarse_step=0.5)))
+    evals = search(_bowl, OracleConfig(coarse_step=0.5, trials=1), 9)
+    assert len(made[0].trials) == 3 + 1 and len(evals) <= first + 1
+    search(_bowl, OracleConfig(coarse_step=0.5, trials=1, sampler="gp"), 11)
+    assert samplers == [("tpe", 9), ("gp", 11)]
+
+
+def test_search_is_deterministic_per_seed():
+    ocfg = OracleConfig(coarse_step=0.5, trials=8)
+    a, b, c = (search(_bowl, ocfg, s) for s in (4, 4, 5))
+    assert sorted(a) == sorted(b)  # the same ratios evaluated (NaN != NaN, so keys only)
+    assert sorted(a) != sorted(c)
