@@ -123,3 +123,74 @@ def test_hottest_missing_edge_cases():
     for counts, free in ((np.zeros(4, np.float32), 1000), (one, 0), (one, -5)):
         got = hottest_missing(counts, none, kb, free)
         assert got.shape == (0,) and got.dtype == np.int32
+
+
+def test_window_results_by_value():
+    """Every figure of every WindowResult from its own per-request arrays (numpy), half-second
+    windows, one of them empty, and a fork taken while the slots carry a backlog."""
+    from conftest import small_table
+
+    base = small_table(300, n_users=25, n_items=90, max_new=5, n_candidates=4, seed=2)
+    ts = np.sort(np.concatenate([np.linspace(0.0, 0.3, 150), np.linspace(1.0, 1.4, 150)]))
+    import pyarrow as pa
+
+    t = base.set_column(0, "ts_s", pa.array(ts))
+    ctx = prepare_context(A.from_table(t), GPU, _model(), coeff_latency(), pool_bytes=9000)
+    cfg = NodeConfig(window_s=0.5, refill="throttled", slo_ms=5.0)
+    runner = NodeRunner(ctx, cfg)
+    edges = ctx.edges(0.5)
+    ratios = [0.2, 0.7, 0.4]
+    for w, r in enumerate(ratios):
+        if w == 1:
+            assert runner.free_at_s.max() > 0.3  # window 0's burst left a backlog
+            fork = runner.fork()
+            fw = [fork.step(x) for x in ratios[1:]]
+        x = runner.step(r)
+        s, e = int(edges[w]), int(edges[w + 1])
+        arr = ts[s:e]
+        assert (x.window, x.start_s, x.end_s, x.ratio, x.first) == (w, w * 0.5, w * 0.5 + 0.5, r, s)
+        assert x.requests == e - s
+        assert x.n_cand.tolist() == [4] * (e - s)  # small_table: 4 candidates each
+        if w == 1:  # empty window
+            assert np.isnan(x.last_finish_s) and x.throughput_rps == 0.0
+            assert np.isnan(x.p50_ms) and np.isnan(x.mean_ms) and np.isnan(x.kv_reuse_rate)
+            continue
+        soj = x.sojourn_s
+        assert x.p50_ms == np.percentile(soj, 50) * 1e3 and x.p99_ms == np.percentile(soj, 99) * 1e3
+        assert x.mean_ms == np.mean(soj) * 1e3 and x.slo_attainment == np.mean(soj <= 5e-3)
+        last = np.max(arr + soj)
+        assert x.last_finish_s == pytest.approx(last, rel=1e-12)
+        assert x.throughput_rps == pytest.approx((e - s) / max(0.5, last - w * 0.5), rel=1e-12)
+        assert x.kv_reuse_rate == x.n_reused.sum() / x.ctx_len.sum()
+        assert x.emb_hit_rate == 1 - x.miss_bytes_req.sum() / x.lookup_bytes.sum()
+        # batches of one: the terms of T(B) add up to the service times
+        assert sum(x.term_s.values()) == pytest.approx(x.service_s.sum(), rel=1e-9)
+    assert [np.asarray(y.sojourn_s).tolist() for y in fw][1] == x.sojourn_s.tolist()
+
+
+def test_begin_window_rejects_bad_ratios_and_a_finished_node():
+    runner = NodeRunner(_ctx(), CFG)
+    for bad in (1.5, -0.1, float("nan")):
+        with pytest.raises(ConfigError) as err:
+            runner.begin_window(bad)
+        assert str(err.value) == f"ratio must be in [0, 1], got {bad}"
+        assert err.value.hint == "decide r in [0, 1]"
+    for r in (0.0, 1.0, 1.0):
+        runner.step(r)
+    assert runner.done
+    with pytest.raises(ConfigError) as err:
+        runner.step(1.0)
+    assert str(err.value) == "the node has served all 3 windows"
+    assert err.value.hint == "call reset() first"
+    runner.reset()
+    assert np.isnan(runner.ratio) and runner.window == 0 and runner.state is None
+    assert runner.free_at_s.tolist() == [0.0] and runner.free_at_s.dtype == np.float64
+
+
+def test_a_copy_runs_on_across_a_boundary_where_the_ratio_stays():
+    from test_sim_refill import PHI, ROW, _slow_ctx
+
+    cfg = NodeConfig(window_s=1.0, refill="throttled", throttle_share=PHI)
+    # rows land at 1.21001 ... 1.84001 and 2.05001: the last in window 2, as r stays at 1
+    res = simulate_node(_slow_ctx(), np.array([0.0, 1.0, 1.0]), cfg)
+    assert res.windows["prefetch_bytes"].to_list() == [0, 4 * ROW, ROW]
