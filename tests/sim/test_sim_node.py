@@ -47,6 +47,7 @@ CASES = [
     ("throttled", 4, 3.0, "static", 1),
     ("eager", 8, 0.0, "continuous", 2),
     ("lazy", 3, 50.0, "static", 3),
+    ("lazy", 4, 3.0, "continuous", 1),  # continuous batching ignores the timeout
 ]
 
 

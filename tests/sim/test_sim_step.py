@@ -130,8 +130,8 @@ def test_window_results_by_value():
     windows, one of them empty, and a fork taken while the slots carry a backlog."""
     from conftest import small_table
 
-    base = small_table(300, n_users=25, n_items=90, max_new=5, n_candidates=4, seed=2)
-    ts = np.sort(np.concatenate([np.linspace(0.0, 0.3, 150), np.linspace(1.0, 1.4, 150)]))
+    base = small_table(1000, n_users=25, n_items=90, max_new=5, n_candidates=4, seed=2)
+    ts = np.sort(np.concatenate([np.linspace(0.0, 0.3, 850), np.linspace(1.0, 1.4, 150)]))
     import pyarrow as pa
 
     t = base.set_column(0, "ts_s", pa.array(ts))
@@ -144,6 +144,8 @@ def test_window_results_by_value():
         if w == 1:
             assert runner.free_at_s.max() > 0.3  # window 0's burst left a backlog
             fork = runner.fork()
+            assert fork.free_at_s.tolist() == runner.free_at_s.tolist()
+            assert fork.free_at_s is not runner.free_at_s
             fw = [fork.step(x) for x in ratios[1:]]
         x = runner.step(r)
         s, e = int(edges[w]), int(edges[w + 1])
@@ -161,6 +163,8 @@ def test_window_results_by_value():
         last = np.max(arr + soj)
         assert x.last_finish_s == pytest.approx(last, rel=1e-12)
         assert x.throughput_rps == pytest.approx((e - s) / max(0.5, last - w * 0.5), rel=1e-12)
+        if w == 0:
+            assert last > 0.5  # the burst's requests finish after the window ends
         assert x.kv_reuse_rate == x.n_reused.sum() / x.ctx_len.sum()
         assert x.emb_hit_rate == 1 - x.miss_bytes_req.sum() / x.lookup_bytes.sum()
         # batches of one: the terms of T(B) add up to the service times
