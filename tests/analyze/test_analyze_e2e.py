@@ -7,6 +7,7 @@ import json
 
 import duckdb
 import numpy as np
+import polars as pl
 import pytest
 from conftest import small_table
 
@@ -134,6 +135,7 @@ def test_policies_equal_the_brute_force_node(tmp_path):
     from brute import BruteNodeConfig, simulate
 
     from helm_plan.latency.kernel import COEFFS
+    from helm_plan.report.store import read_store
 
     t = small_table(160, n_users=20, n_items=120, max_new=5, n_candidates=4, rate_qps=40.0,
                     seed=5)  # fmt: skip
@@ -154,11 +156,34 @@ def test_policies_equal_the_brute_force_node(tmp_path):
         "adaptive": (sched, "throttled"),
     }
     got = {p["name"]: p for p in s["policies"]}
+    run = read_store(res.store_path)
+    pw, pol = run.table("policy_windows"), run.table("policies")
     ts = t.column("ts_s").to_numpy()
-    measured = ts >= 1.0  # the first window warms the caches
+    win = np.floor(ts / 1.0).astype(int)
+    measured = win >= 1  # the first window warms the caches
     for name, (ratios, refill) in schedules.items():
         ref = simulate(t, ctx.model, ctx.pool_bytes, coeffs,
                        BruteNodeConfig(1.0, refill=refill, phi=0.4), ratios)  # fmt: skip
-        soj = np.array(ref.sojourn)[measured]
+        all_soj, out = np.array(ref.sojourn), np.array(ref.outcomes, np.int64)
+        soj = all_soj[measured]
         assert got[name]["p99_ms"] == pytest.approx(np.percentile(soj, 99) * 1e3, rel=1e-9), name
         assert got[name]["slo_attainment"] == pytest.approx(np.mean(soj <= 1e-3)), name
+        # the store's per-policy and per-window figures, each from the brute-force requests
+        p = pol.filter(pl.col("policy") == name).row(0, named=True)
+        hit = 1 - out[measured, 5].sum() / out[measured, 4].sum()
+        assert p["emb_hit_rate"] == pytest.approx(hit, rel=1e-9), name
+        assert p["requests"] == measured.sum()
+        span = np.max(ts[measured] + soj) - 1.0
+        assert p["throughput_rps"] == pytest.approx(measured.sum() / span, rel=1e-9), name
+        assert p["h2d_gb"] == pytest.approx(sum(ref.h2d_bytes[1:]) / 1e9, rel=1e-12), name
+        assert p["blocked_ms"] == pytest.approx(sum(ref.blocked) * 1e3, rel=1e-9, abs=1e-12)
+        w = pw.filter(pl.col("policy") == name).sort("window")
+        assert w["n_requests"].to_list() == np.bincount(win, minlength=n_w).tolist(), name
+        assert w["h2d_bytes"].to_list() == ref.h2d_bytes, name
+        assert w["prefetch_bytes"].to_list() == ref.prefetch_bytes, name
+        for k in np.unique(win):
+            i = win == k
+            row = w.row(int(k), named=True)
+            assert row["p99_ms"] == pytest.approx(np.percentile(all_soj[i], 99) * 1e3, rel=1e-9)
+            hit = 1 - out[i, 5].sum() / out[i, 4].sum()
+            assert row["emb_hit_rate"] == pytest.approx(hit, rel=1e-9), (name, k)

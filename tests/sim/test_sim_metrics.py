@@ -53,3 +53,32 @@ def test_window_features_hand_worked():
     np.testing.assert_allclose(f["cold_user_share"][:2], [0.75, 0.2])
     assert f["hist_len_mean"][1] == 60.0 and np.isnan(f["hist_len_mean"][2])
     assert f["hist_len_p95"][0] == np.percentile([0, 10, 20, 30], 95)
+
+
+def test_single_request_throughput_and_empty_mean():
+    assert metrics.throughput_rps(1, 0.0, 10.0, 5.0) == 0.1
+    assert math.isnan(metrics.latency_figures(np.zeros(0), 1.0).mean_ms)
+    f = metrics.latency_figures(np.array([0.001, 0.003]), 2.0)
+    assert f.mean_ms == pytest.approx(2.0) and f.slo_attainment == 0.5
+
+
+def test_window_features_burst_trailing_mean_and_gap_edge_cases():
+    # 9 windows of 1 s; counts 0, 2, 4, 6, 8, 10, 12, 14, 3
+    counts = np.array([0, 2, 4, 6, 8, 10, 12, 14, 3])
+    edges = np.concatenate([[0], np.cumsum(counts)])
+    ts = np.concatenate([w + np.linspace(0.0, 0.5, c) for w, c in enumerate(counts)])
+    # window 8's 3 requests at 8.0, 8.1, 8.3: gaps 0.1, 0.2 -> cv = std/mean = 0.05/0.15
+    ts[edges[8] :] = [8.0, 8.1, 8.3]
+    # window 1's 2 requests at the same instant; window 2's 4 too: mean gap 0 -> cv 0
+    ts[edges[2] : edges[3]] = 2.25
+    n = len(ts)
+    f = metrics.window_features(ts, edges, 1.0, np.zeros(n, bool), np.ones(n, np.int64))
+    # burst: rate / mean of the (up to) 6 previous rates; 1 when there is none or it is 0
+    assert f["burst_score"][1] == 1.0  # the previous window was empty
+    assert f["burst_score"][7] == pytest.approx(14 / np.mean([2, 4, 6, 8, 10, 12]))
+    assert f["burst_score"][8] == pytest.approx(3 / np.mean([4, 6, 8, 10, 12, 14]))
+    assert f["rate_trend"][8] == pytest.approx(3 / 14 - 1)
+    assert f["interarrival_cv"][8] == pytest.approx(0.05 / 0.15)  # exactly 3 requests
+    assert np.isnan(f["interarrival_cv"][1])  # 2 requests
+    assert f["interarrival_cv"][2] == 0.0  # all at one instant
+    assert all(v.dtype == np.float64 and v.shape == (9,) for v in f.values())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from brute import BruteNodeConfig, C, coeff_latency, simulate
 from conftest import small_table
@@ -46,6 +47,7 @@ CASES = [
     ("throttled", 4, 3.0, "static", 1),
     ("eager", 8, 0.0, "continuous", 2),
     ("lazy", 3, 50.0, "static", 3),
+    ("lazy", 4, 3.0, "continuous", 1),  # continuous batching ignores the timeout
 ]
 
 
@@ -205,3 +207,41 @@ def test_pool_note_when_footprint_fits():
     ctx = prepare_context(A.from_table(small_table(200)), GPU, _model(), LAT)
     assert ctx.notes and "fits" in ctx.notes[0]
     assert _ctx(small_table(200), _model(), 20_000).notes == ()
+
+
+@pytest.mark.parametrize("warm", [0, 1, 2])
+def test_warmup_windows_are_excluded_by_value(warm):
+    """Overall figures over the requests after the warm-up windows, from the brute-force node.
+
+    Window 0 is a burst (160 requests in 40 ms) that queues for tens of ms; the
+    later windows are light. Including the burst would change every figure."""
+    base = small_table(300, n_users=25, n_items=90, max_new=5, n_candidates=4, seed=4)
+    rng = np.random.default_rng(4)
+    ts = np.sort(np.concatenate([rng.uniform(0.0, 0.04, 160), rng.uniform(1.0, 3.0, 140)]))
+    table = base.set_column(0, "ts_s", pa.array(ts))
+    m = _model()
+    ctx = _ctx(table, m, 9000)
+    ratios = np.array([0.3, 0.6, 0.6])
+    cfg = NodeConfig(window_s=1.0, refill="throttled", warmup_windows=warm, slo_ms=2.0)
+    res = simulate_node(ctx, ratios, cfg)
+    ref = simulate(table, m, ctx.pool_bytes, C, BruteNodeConfig(1.0, refill="throttled", phi=0.3),
+                   ratios.tolist())  # fmt: skip
+    soj, out = np.array(ref.sojourn), np.array(ref.outcomes, np.int64)
+    post = ts >= warm * 1.0
+    s = soj[post]
+    assert res.requests == post.sum() and res.measured_from_window == warm
+    assert res.windows["measured"].to_list() == [w >= warm for w in range(3)]
+    assert res.p99_ms == pytest.approx(np.percentile(s, 99) * 1e3, rel=1e-9)
+    assert res.p50_ms == pytest.approx(np.percentile(s, 50) * 1e3, rel=1e-9)
+    assert res.mean_ms == pytest.approx(s.mean() * 1e3, rel=1e-9)
+    assert res.slo_attainment == np.mean(s <= 2e-3)
+    span = np.max(ts[post] + s) - warm * 1.0
+    assert res.throughput_rps == pytest.approx(post.sum() / span, rel=1e-9)
+    assert res.emb_hit_rate == pytest.approx(1 - out[post, 5].sum() / out[post, 4].sum())
+    assert res.h2d_bytes == sum(ref.h2d_bytes[warm:])
+    assert res.prefetch_bytes == sum(ref.prefetch_bytes[warm:])
+    assert res.blocked_s == sum(ref.blocked)
+    if warm:  # the burst really would change the figures
+        assert np.percentile(soj, 99) > 2 * np.percentile(s, 99)
+        assert np.mean(soj <= 2e-3) < res.slo_attainment - 0.1
+        assert len(soj) / span > 1.5 * res.throughput_rps

@@ -1,0 +1,177 @@
+"""The oracle's search and its tie-breaks, on hand-made evaluations (no simulation)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from helm_plan.oracle.config import OracleConfig
+from helm_plan.oracle.search import (
+    EDGE_POINTS,
+    best_of,
+    first_points,
+    rank_key,
+    ratio_grid,
+    search,
+    seed_for,
+)
+
+NAN = float("nan")
+
+
+def test_equal_p99_attainment_and_mean_go_to_the_lower_r():
+    ev = (5.0, 0.9, 2.0)
+    assert best_of({0.7: ev, 0.3: ev, 0.5: ev}, 0.02)[0] == 0.3
+
+
+def test_equal_p99_goes_to_the_higher_attainment_even_at_a_worse_mean_and_higher_r():
+    evals = {0.3: (5.0, 0.8, 1.0), 0.7: (5.0, 0.9, 2.0)}
+    assert best_of(evals, 0.02)[0] == 0.7
+
+
+def test_equal_p99_and_attainment_go_to_the_lower_mean():
+    evals = {0.3: (5.0, 0.9, 2.0), 0.7: (5.0, 0.9, 1.0)}
+    assert best_of(evals, 0.02)[0] == 0.7
+
+
+def test_a_lower_p99_beats_every_tie_break():
+    evals = {0.3: (5.0, 1.0, 0.1), 0.7: (4.9, 0.5, 3.0)}
+    assert best_of(evals, 0.02)[0] == 0.7
+
+
+def test_full_tie_goes_to_the_r_nearest_the_previous_optimum_then_the_lower_r():
+    ev = (5.0, 0.9, 2.0)
+    evals = {0.2: ev, 0.5: ev, 0.9: ev}
+    assert best_of(evals, 0.02, prev_r=0.8)[0] == 0.9
+    assert best_of(evals, 0.02, prev_r=0.35)[0] == 0.2  # 0.2 and 0.5 equally near: lower r
+    assert best_of(evals, 0.02, prev_r=NAN)[0] == 0.2  # no previous optimum: lower r
+
+
+def test_nan_evaluations_lose_to_any_finite_one():
+    evals = {0.0: (NAN, NAN, NAN), 0.5: (9.0, 0.1, 9.0), 1.0: (9.0, NAN, 1.0)}
+    assert best_of(evals, 0.02)[0] == 0.5  # NaN attainment ranks below any number
+    assert rank_key(0.0, (NAN, NAN, NAN)) == (math.inf, math.inf, math.inf, 0.0, 0.0)
+    assert rank_key(0.4, (1.0, 0.5, 2.0), prev_r=0.1) == pytest.approx((1.0, -0.5, 2.0, 0.3, 0.4))
+
+
+def test_flat_band_of_the_evaluations():
+    # within 2% of the best P99 (10.0): 10.1 and 10.2 are in, 10.21 is out
+    evals = {0.1: (10.21, 1, 1), 0.2: (10.2, 1, 1), 0.4: (10.0, 1, 1), 0.6: (10.1, 1, 1),
+             0.8: (11.0, 1, 1)}  # fmt: skip
+    r, width, lo, hi = best_of(evals, 0.02)
+    assert (r, lo, hi) == (0.4, 0.2, 0.6)
+    assert width == pytest.approx(0.4)
+
+
+def test_ratio_grid_and_first_points():
+    np.testing.assert_array_equal(ratio_grid(0.25), [0.0, 0.25, 0.5, 0.75, 1.0])
+    np.testing.assert_array_equal(ratio_grid(0.3), [0.0, 0.3, 0.6, 0.9, 1.0])  # 1.0 appended
+    assert len(ratio_grid(0.1)) == 11 and ratio_grid(0.1)[3] == 0.3  # no 0.30000000000000004
+    pts = first_points(OracleConfig(coarse_step=0.5))
+    assert pts == sorted([0.0, 0.5, 1.0, *EDGE_POINTS])
+    pts = first_points(OracleConfig(coarse_step=0.5, grid_step=0.25))
+    assert pts == [0.0, 0.02, 0.25, 0.5, 0.75, 0.98, 1.0]
+
+
+def test_search_evaluates_each_first_point_once_and_reuses_known_ones():
+    calls = []
+
+    def objective(r):
+        calls.append(r)
+        return (1.0 + (r - 0.4) ** 2, 1.0, 1.0)
+
+    known = {0.0: (7.0, 0.0, 7.0)}
+    evals = search(objective, OracleConfig(coarse_step=0.5, trials=0), 0, known=known)
+    assert sorted(calls) == [0.02, 0.5, 0.98, 1.0]  # 0.0 was known
+    assert evals[0.0] == (7.0, 0.0, 7.0) and set(evals) == {0.0, 0.02, 0.5, 0.98, 1.0}
+    calls.clear()
+    evals = search(objective, OracleConfig(coarse_step=0.5, grid_step=0.1), 0)
+    assert len(calls) == len(set(calls)) == len(evals) == 13  # 11 grid points + 2 edges
+
+
+def test_optuna_trials_are_memoised_and_on_the_lattice():
+    calls = []
+
+    def objective(r):
+        calls.append(r)
+        return (1.0 + (r - 0.37) ** 2, 1.0, 1.0)
+
+    ocfg = OracleConfig(coarse_step=0.5, trials=12, ratio_step=0.01)
+    evals = search(objective, ocfg, seed_for(3, 0))
+    assert len(calls) == len(set(calls)) == len(evals)
+    assert len(evals) > 5  # Optuna evaluated new points beyond the first five
+    assert all(abs(r * 100 - round(r * 100)) < 1e-6 for r in evals)
+    assert seed_for(3, 0) == seed_for(3, 0) != seed_for(3, 1)
+
+
+def _bowl(r):
+    """P99 with its minimum at 0.37; NaN (an unusable ratio) above 0.9."""
+    return (
+        (float("nan"), float("nan"), float("nan")) if r > 0.9 else (1.0 + (r - 0.37) ** 2, 1.0, 1.0)
+    )
+
+
+@pytest.fixture
+def studies(monkeypatch):
+    """The Optuna studies search() creates, and the samplers it builds (kind, seed)."""
+    import optuna
+
+    made, samplers = [], []
+    real_create, real_tpe = optuna.create_study, optuna.samplers.TPESampler
+
+    def create(*args, **kw):
+        made.append(real_create(*args, **kw))
+        return made[-1]
+
+    def sampler(kind):
+        def build(seed=None, **kw):
+            samplers.append((kind, seed))
+            return real_tpe(seed=seed)  # a GP sampler would be slow; its seeding is the point
+
+        return build
+
+    monkeypatch.setattr(optuna, "create_study", create)
+    monkeypatch.setattr(optuna.samplers, "TPESampler", sampler("tpe"))
+    monkeypatch.setattr(optuna.samplers, "GPSampler", sampler("gp"))
+    return made, samplers
+
+
+def test_optuna_is_warm_started_on_the_lattice_and_minimises_p99(studies):
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState
+
+    made, samplers = studies
+    ocfg = OracleConfig(coarse_step=0.5, trials=6, ratio_step=0.01)
+    evals = search(_bowl, ocfg, 5)
+    (study,) = made
+    assert samplers == [("tpe", 5)]
+    assert study.direction.name == "MINIMIZE"
+    dist = FloatDistribution(0.0, 1.0, step=0.01)
+    trials = study.trials
+    # warm start: the finite first points (0.98 and 1.0 are NaN: left out), then 6 trials
+    warm = [t for t in trials if t.number < 3]
+    assert [t.params["r"] for t in warm] == [0.0, 0.02, 0.5]
+    assert len(trials) == 3 + 6
+    for t in trials:
+        assert t.distributions == {"r": dist} and t.state == TrialState.COMPLETE
+        r = round(t.params["r"], 9)
+        # a trial's value is the P99 of its ratio; an unusable ratio scores 1e300
+        assert t.value == (1e300 if r > 0.9 else evals[r][0])
+
+
+def test_one_trial_adds_one_evaluation_and_samplers_take_the_task_seed(studies):
+    made, samplers = studies
+    first = len(first_points(OracleConfig(coarse_step=0.5)))
+    evals = search(_bowl, OracleConfig(coarse_step=0.5, trials=1), 9)
+    assert len(made[0].trials) == 3 + 1 and len(evals) <= first + 1
+    search(_bowl, OracleConfig(coarse_step=0.5, trials=1, sampler="gp"), 11)
+    assert samplers == [("tpe", 9), ("gp", 11)]
+
+
+def test_search_is_deterministic_per_seed():
+    ocfg = OracleConfig(coarse_step=0.5, trials=8)
+    a, b, c = (search(_bowl, ocfg, s) for s in (4, 4, 5))
+    assert sorted(a) == sorted(b)  # the same ratios evaluated (NaN != NaN, so keys only)
+    assert sorted(a) != sorted(c)
