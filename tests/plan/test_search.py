@@ -61,7 +61,55 @@ def test_cost_by_hand():
     c = cost(12, 2.5, 3000.0)
     assert c.gpu_hours_per_day == 288.0
     assert c.usd_per_hour == 30.0
-    assert c.usd_per_million_requests == pytest.approx(30.0 / 10.8)
+    assert c.usd_per_million_requests == pytest.approx(30.0 / 10.8, rel=1e-12)
     with pytest.raises(ConfigError, match="cost_per_hour must be finite and >= 0"):
         cost(1, -1.0, 10.0)
     assert first_guess(1000.0, 150.0) == 7 and first_guess(10.0, 0.0) == 1
+
+
+def test_the_gallop_doubles_its_step_down_and_up():
+    # down from a passing guess: 10, 9, 7, 3 pass (steps 1, 2, 4), 1 fails; bisect 2; check 4
+    calls = []
+    s = minimal_nodes(_threshold(3, calls), start=10, max_nodes=64)
+    assert s.nodes == 3 and calls == [10, 9, 7, 3, 1, 2, 4]
+    # up from a failing guess: 1, 2, 4, 8, 16 fail, 32 passes; bisect 24, 20, 18, 19; check 21
+    calls = []
+    s = minimal_nodes(_threshold(20, calls), start=1, max_nodes=64)
+    assert s.nodes == 20 and calls == [1, 2, 4, 8, 16, 32, 24, 20, 18, 19, 21]
+
+
+def test_one_node_fleets_and_the_start_clamp():
+    calls = []
+    s = minimal_nodes(_threshold(1, calls), start=0, max_nodes=1)  # max_nodes 1 is allowed
+    assert s.nodes == 1 and calls == [1]  # no N + 1 beyond max_nodes, no N - 1 below one
+    calls = []
+    s = minimal_nodes(_threshold(1, calls), start=1, max_nodes=8)
+    assert s.nodes == 1 and calls == [1, 2] and not s.non_monotone
+    calls = []
+    s = minimal_nodes(_threshold(8, calls), start=3, max_nodes=8)  # the answer is max_nodes
+    assert s.nodes == 8 and max(calls) == 8 and not s.non_monotone
+    with pytest.raises(ConfigError, match="^max_nodes must"):
+        minimal_nodes(_threshold(1), start=1, max_nodes=0)
+
+
+def test_nothing_passing_is_not_non_monotone():
+    s = minimal_nodes(_threshold(500), start=3, max_nodes=16)
+    assert s.nodes is None and s.non_monotone is False
+
+
+def test_first_guess_edges_and_cost_errors():
+    assert first_guess(10.0, 0.5) == 20  # a slow node: many nodes, not the fallback
+    assert first_guess(10.0, 100.0) == 1  # a fast node: one
+    assert first_guess(10.0, math.inf) == 1 and first_guess(10.0, math.nan) == 1
+    with pytest.raises(ConfigError, match="^nodes must") as e:
+        cost(0, 1.0, 10.0)
+    assert e.value.hint
+    with pytest.raises(ConfigError, match="^qps must") as e:
+        cost(1, 1.0, 0.0)
+    assert e.value.hint
+    with pytest.raises(ConfigError, match="cost_per_hour") as e:
+        cost(1, math.inf, 10.0)
+    assert e.value.hint == "pass --cost-per-hour GPU=USD with a price in dollars"
+    # free and sub-dollar GPUs are prices too
+    assert cost(2, 0.0, 10.0).usd_per_hour == 0.0
+    assert cost(2, 0.5, 10.0).usd_per_hour == 1.0
