@@ -64,3 +64,59 @@ def test_worker_count_validation():
     assert isinstance(executors.local(0), executors.Executor)
     with pytest.raises(ConfigError, match="workers must be an integer >= 0, got -1"):
         executors.local(-1)
+
+
+def _ids(shared, x):
+    big, small = shared
+    return os.getpid(), id(big), small["v"], x
+
+
+def test_pool_persists_inside_with_and_big_inputs_ship_once():
+    # A tuple ``shared`` is published element by element: the same big object mapped
+    # again with a new small part reaches each worker once (one unpickled copy per
+    # worker across all maps), while the small part changes with every map.
+    big = list(range(50_000))
+    seen: dict[int, set[int]] = {}
+    with executors.local(2) as ex:
+        for v in range(4):
+            got = ex.map(_ids, list(range(6)), shared=(big, {"v": v}))
+            assert [g[2] for g in got] == [v] * 6 and [g[3] for g in got] == list(range(6))
+            for pid, ident, _, _ in got:
+                seen.setdefault(pid, set()).add(ident)
+            names = [ref[1] for _, ref, _ in ex._published.values()]
+        # the pool outlives the maps (no process start-up per map): at most two workers
+        assert 1 <= len(seen) <= 2
+        assert all(len(ids) == 1 for ids in seen.values())
+    # leaving the block frees every shared-memory block it published
+    assert names and not any(os.path.exists(f"/dev/shm/{n.lstrip('/')}") for n in names)
+    assert ex._pool is None and not ex._published
+
+
+def test_pool_outside_with_is_stopped_after_each_map():
+    ex = executors.local(2)
+    assert ex.map(_square_plus, [1, 2, 3], shared={"offset": 0}) == [1, 4, 9]
+    assert ex._pool is None and not ex._published
+
+
+def _span(shared, x):
+    import time
+
+    t0 = time.monotonic()
+    time.sleep(0.2)
+    return t0, time.monotonic()
+
+
+def test_trickle_keeps_one_task_in_flight_and_background_reraises():
+    assert executors.SerialExecutor().trickle() is None
+    assert executors.local(2).trickle() is None  # a pool living for one map lends nothing
+    with executors.local(2) as ex:
+        spans = ex.trickle().map(_span, list(range(4)))
+        # one at a time: each task starts after the previous one ended
+        assert all(b[0] >= a[1] for a, b in zip(spans, spans[1:]))
+        job = executors.background(ex, lambda view: view.map(_fail_on_3, [1, 3]), "test")
+        with pytest.raises(executors.TaskError, match="task 1 failed: ValueError: boom"):
+            job.result()
+        ok = executors.background(
+            ex, lambda view: view.map(_square_plus, [2], shared={"offset": 1}), "t"
+        )
+        assert ok.result() == [5]

@@ -1,7 +1,9 @@
 """``helm-plan analyze``: the end-to-end pipeline with a resumable stage cache.
 
 Stages run in order: ``inspect`` → ``curves`` → ``capacity`` → ``oracle`` →
-``policies`` → ``report`` (see :mod:`helm_plan.analyze.stages`). Each finished stage is
+``policies`` → ``report`` (see :mod:`helm_plan.analyze.stages`); with workers,
+``curves`` and the best-static search run in the background of the oracle, on
+the worker its sequential trials leave idle (:mod:`helm_plan.exec.background`). Each finished stage is
 stored atomically in ``DIR/.stages/<stage>-<key>.{json,parquet}``, where
 ``key`` is a SHA-256 over the trace's SHA-256, the resolved profile contents,
 the stage's config and the keys of the upstream stages it reads. A rerun with
@@ -41,6 +43,7 @@ from helm_plan.analyze.operating import (
 from helm_plan.analyze.stage_cache import StageCache, stable_hash, versions
 from helm_plan.analyze.stages import (
     StageOutput,
+    curves_task,
     labels_tables,
     latency_table,
     stage_curves,
@@ -50,6 +53,7 @@ from helm_plan.analyze.stages import (
 )
 from helm_plan.exec import Progress
 from helm_plan.oracle import read_labels, write_labels
+from helm_plan.oracle.static import BackgroundStatic
 from helm_plan.report import html as report_html
 from helm_plan.report.store import RunData, write_store
 from helm_plan.report.summary import build_summary
@@ -187,7 +191,16 @@ def _run_analyze(
             return hit
 
         cached_or("inspect", lambda tick: stage_inspect(tpath, ctx, tick))
-        cached_or("curves", lambda tick: stage_curves(ctx, cfg.curves, tick))
+        # With workers the curves need nothing downstream before the report: they run in
+        # the background on a worker the oracle leaves idle, and are collected after it.
+        curves_bg = None
+        if not cache.path("curves", keys["curves"], "json").is_file():
+            curves_bg = executors.background(
+                executor, lambda view: view.map(curves_task, [cfg.curves], shared=(ctx,))[0],
+                "curves",
+            )  # fmt: skip
+        if curves_bg is None:
+            cached_or("curves", lambda tick: stage_curves(ctx, cfg.curves, tick))
         op_ctx, ocfg, keys_op, shortcut = ctx, cfg.oracle, {}, {}
         if cfg.capacity:
             table = trace.read(tpath)
@@ -208,15 +221,22 @@ def _run_analyze(
         if lab_path.is_file():
             with contextlib.suppress(Exception):
                 labels = read_labels(lab_path)
+        static = None
+        if not cache.path("policies", keys["policies"], "json").is_file():
+            # the static search needs no labels: with workers it runs beside the oracle on
+            # the cores the oracle's sequential trials leave idle (same answer)
+            static = BackgroundStatic(op_ctx, cfg.node, ocfg, executor)
         with stage("oracle", labels is not None) as tick:
             if labels is None:
                 labels = stage_oracle(op_ctx, cfg.node, ocfg, tick, executor)
                 write_labels(labels, lab_path)
             else:
                 tick(1, 1)
+        if curves_bg is not None:
+            cached_or("curves", lambda tick: curves_bg.result())
         cached_or("policies", lambda tick: stage_policies(
             op_ctx, cfg.node, ocfg, labels, n_boot=cfg.n_boot, confidence=cfg.confidence,
-            seed=cfg.seed, progress=tick, executor=executor))  # fmt: skip
+            seed=cfg.seed, progress=tick, executor=executor, static=static))  # fmt: skip
 
         t_rep = time.perf_counter()
         with pf("report") as tick:

@@ -18,7 +18,7 @@ import polars as pl
 
 from helm_plan.arrays import TraceArrays
 from helm_plan.cache.curves import CurvesConfig, compute_curves
-from helm_plan.exec import Executor, Progress
+from helm_plan.exec import Executor, Progress, SerialExecutor
 from helm_plan.inspect import inspect_trace
 from helm_plan.latency.model import LatencyModel
 from helm_plan.oracle import (
@@ -30,7 +30,7 @@ from helm_plan.oracle import (
     sensitivity_table,
 )
 from helm_plan.oracle.labels import grid_suffix
-from helm_plan.oracle.static import StaticRuns
+from helm_plan.oracle.static import BackgroundStatic, StaticRuns
 from helm_plan.policies import PolicyEnv, parse_policy
 from helm_plan.profiles import Pool
 from helm_plan.sim import (
@@ -126,6 +126,11 @@ def stage_curves(ctx: NodeContext, cfg: CurvesConfig, progress: Progress = _noop
         tables={"curves": table, "curve_knees": knees},
         meta={"curves_emb_kv_tokens": cv.emb_kv_tokens, "curves_ratio": cfg.ratio},
     )
+
+
+def curves_task(shared: tuple[NodeContext], cfg: CurvesConfig) -> StageOutput:
+    """:func:`stage_curves` as an executor task (in the background of the oracle)."""
+    return stage_curves(shared[0], cfg)
 
 
 # ------------------------------------------------------------------ oracle
@@ -244,6 +249,18 @@ def _policy_row(name: str, refill: str, res: NodeResult, st_m: pl.DataFrame,
     }
 
 
+def policy_task(
+    shared: tuple[NodeContext, NodeConfig, PolicyEnv], name: str
+) -> tuple[str, NodeResult]:
+    """One adaptive policy over the whole trace: (refill mode it ran with, compact result)."""
+    ctx, node_cfg, env = shared
+    built = parse_policy(name).build(ctx, node_cfg, env)
+    refill = built.refill or node_cfg.refill
+    return refill, simulate_node(
+        ctx, built.policy, dataclasses.replace(node_cfg, refill=refill)
+    ).compact()
+
+
 def stage_policies(
     ctx: NodeContext,
     node_cfg: NodeConfig,
@@ -255,33 +272,41 @@ def stage_policies(
     seed: int,
     progress: Progress = _noop,
     executor: Executor | None = None,
+    static: BackgroundStatic | None = None,
 ) -> StageOutput:
-    """Best static search, the policies, the oracle's pooled figures and sensitivity.
+    """Best static search (or ``static``, the same search already running in the background), the policies, the oracle's pooled figures and sensitivity.
 
     Static splits (best static, emb-max, kv-max) come from one memo of
     whole-trace runs at constant ratios, shared with the best-static search;
     the oracle's pooled figures come from the carry oracle's own run. Only the
-    adaptive policies replay the trace here.
+    adaptive policies replay the trace here, mapped over the executor (they are
+    independent whole-trace runs).
     """
     total = len(POLICY_NAMES) + 2
     progress(0, total)
-    runs = StaticRuns(ctx, node_cfg, executor)
-    runs.get([0.0, 1.0])  # emb-max and kv-max ride along with the grid's first batch
-    bs = best_static(ctx, node_cfg, oracle_cfg, None, executor, runs)
+    if static is not None:
+        bs, runs = static.result(executor)
+    else:
+        runs = StaticRuns(ctx, node_cfg, executor)
+        runs.get([0.0, 1.0])  # emb-max and kv-max ride along with the grid's first batch
+        bs = best_static(ctx, node_cfg, oracle_cfg, None, executor, runs)
     progress(1, total)
     pw, pols, terms, sens = [], [], [], []
     results: dict[str, NodeResult] = {}
     grid_r = np.asarray(labels.coarse_grid)
     lab_r = labels.r_star
-    env = PolicyEnv(oracle=oracle_cfg, labels=labels, best_static=bs, executor=executor)
+    env = PolicyEnv(oracle=oracle_cfg, labels=labels, best_static=bs)
     static_r = {"best-static": bs.ratio, "emb-max": 1.0, "kv-max": 0.0}
+    adaptive = [n for n in POLICY_NAMES if n not in static_r]
+    ran = (executor or SerialExecutor()).map(
+        policy_task, adaptive, shared=(ctx, node_cfg, env), label=lambda n: f"policy {n}"
+    )
+    by_name = dict(zip(adaptive, ran, strict=True))
     for k, name in enumerate(POLICY_NAMES, start=2):
         if name in static_r:
             res, refill = runs.get([static_r[name]])[0], node_cfg.refill
         else:
-            built = parse_policy(name).build(ctx, node_cfg, env)
-            refill = built.refill or node_cfg.refill
-            res = simulate_node(ctx, built.policy, dataclasses.replace(node_cfg, refill=refill))
+            refill, res = by_name[name]
         results[name] = res
         win = res.windows.rename(
             {"start_s": "t_start_s", "end_s": "t_end_s", "requests": "n_requests"}

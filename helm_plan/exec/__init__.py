@@ -6,7 +6,9 @@ sweeps, capacity bisection points, controller validation traces) calls
 
 - ``fn(shared, item)`` is a module-level function (picklable by reference);
 - ``shared`` is sent to each worker once, not once per task (trace arrays,
-  the node context);
+  the node context); the process pool publishes each element of a tuple
+  ``shared`` once per executor lifetime, so a big input mapped many times
+  reaches a worker once per run;
 - results come back in item order, whatever order tasks finish in, so the
   answer is identical for any backend and worker count as long as ``fn`` is
   deterministic in ``(shared, item)`` (seed tasks from their index, never from
@@ -24,11 +26,12 @@ named by its task (``TaskError`` wraps non-library exceptions).
 
 from __future__ import annotations
 
+from helm_plan.exec.background import Background, background
 from helm_plan.exec.base import Executor, ExecutorError, Progress, TaskError
 from helm_plan.exec.factory import EXECUTORS, ExecutorConfig, get_executor
 from helm_plan.exec.local import ProcessExecutor, SerialExecutor, local
 
 __all__ = [
-    "EXECUTORS", "Executor", "ExecutorConfig", "ExecutorError", "ProcessExecutor", "Progress",
-    "SerialExecutor", "TaskError", "get_executor", "local",
+    "EXECUTORS", "Background", "Executor", "ExecutorConfig", "ExecutorError", "ProcessExecutor", "Progress",
+    "SerialExecutor", "TaskError", "background", "get_executor", "local",
 ]  # fmt: skip

@@ -39,6 +39,16 @@ class Executor(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def trickle(self) -> Executor | None:
+        """A view that keeps one task of its maps in flight at a time, or None.
+
+        Work that may run in the background of another map (a thread calling the
+        view's ``map``) takes a worker only when one is free of the foreground's
+        queue, instead of queueing a whole batch ahead of it. None: this backend
+        has no spare worker to lend (in-process) or schedules on its own.
+        """
+        return None
+
     @property
     @abstractmethod
     def workers(self) -> int:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import multiprocessing as mp
 import os
+import pickle
 import signal
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing import shared_memory
 from typing import Any, TypeVar
 
 from helm_plan.config import require_int
@@ -15,8 +20,11 @@ from helm_plan.exec.base import Executor, Progress, task_error
 T = TypeVar("T")
 R = TypeVar("R")
 
-_SHARED: dict[str, Any] = {}
-"""The worker process's copy of ``shared`` (set once by the pool initializer)."""
+_CACHE_SIZE = 8
+"""Shared objects a worker (and the parent's publication table) keeps at once, newest last."""
+
+_SHARED: dict[int, Any] = {}
+"""The worker process's unpickled shared objects by token (at most ``_CACHE_SIZE``)."""
 
 
 def _default_label(i: int) -> str:
@@ -45,29 +53,116 @@ class SerialExecutor(Executor):
         return out
 
 
-def _init_worker(shared: Any) -> None:
+def _init_worker() -> None:
     # Only the parent reports Ctrl-C; workers stop when the parent shuts the pool down. A
     # worker starts with SIGINT blocked (map spawns it so), so a Ctrl-C that reaches the
     # process group while it is still importing stays pending and is dropped here, instead
     # of printing a KeyboardInterrupt traceback from the worker's bootstrap.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    _SHARED["value"] = shared
 
 
-def _call(fn: Callable[[Any, Any], Any], item: Any) -> Any:
-    return fn(_SHARED["value"], item)
+Ref = tuple[int, str, int]
+"""A published object: (token, shared-memory block name, pickled size)."""
+
+
+def _load(ref: Ref) -> Any:
+    """The object behind ``ref``, unpickled once per worker from its shared-memory block."""
+    token, name, size = ref
+    if token not in _SHARED:
+        block = shared_memory.SharedMemory(name=name)
+        try:
+            _SHARED[token] = pickle.loads(block.buf[:size])
+        finally:
+            block.close()
+        while len(_SHARED) > _CACHE_SIZE:
+            del _SHARED[next(iter(_SHARED))]
+    return _SHARED[token]
+
+
+def _call(fn: Callable[[Any, Any], Any], refs: tuple[Ref, ...], whole: bool, item: Any) -> Any:
+    parts = tuple(_load(r) for r in refs)
+    return fn(parts[0] if whole else parts, item)
 
 
 class ProcessExecutor(Executor):
-    """A pool of ``spawn`` worker processes; ``shared`` is pickled once per worker."""
+    """A pool of ``spawn`` worker processes; each shared object reaches a worker once.
 
-    def __init__(self, workers: int) -> None:
+    ``shared`` is pickled once per map into a shared-memory block; a worker
+    unpickles it the first time one of its tasks needs it and keeps it (the
+    newest :data:`_CACHE_SIZE` objects). A tuple ``shared`` is published element
+    by element and each element is remembered by identity, so a caller that maps
+    many times over the same big input (the trace) plus a small changing part
+    (a node's state at a window) ships the big one once per worker for the whole
+    run. Inside ``with`` the pool lives until the block ends, so repeated maps
+    pay no process start-up; outside it each map starts and stops its own pool.
+    """
+
+    def __init__(self, workers: int, in_flight: int | None = None) -> None:
         self._workers = workers
+        self._in_flight = in_flight  # set on a trickle view: tasks of one map at once
+        self._keep = False
+        self._pool: ProcessPoolExecutor | None = None
+        self._published: dict[int, tuple[Any, Ref, shared_memory.SharedMemory]] = {}
+        self._lock = threading.Lock()
+        self._pinned: dict[int, int] = {}  # id -> maps in progress that use it (never evicted)
+        self._next_token = 0
 
     @property
     def workers(self) -> int:
         return self._workers
+
+    def trickle(self) -> ProcessExecutor | None:
+        """A view sharing this pool and its published inputs, one task in flight per map."""
+        if not self._keep or self._workers < 2:
+            return None  # a pool that lives for one map has nothing to lend
+        view = ProcessExecutor(self._workers, in_flight=1)
+        view._owner = self
+        return view
+
+    _owner: ProcessExecutor | None = None
+
+    def __enter__(self) -> ProcessExecutor:
+        self._keep = True
+        return self
+
+    def close(self) -> None:
+        """Stop the pool and free every published block."""
+        self._keep = False
+        self._shutdown(wait=True)
+
+    def _shutdown(self, *, wait: bool) -> None:
+        if self._owner is not None:
+            self._owner._shutdown(wait=wait)
+            return
+        if self._pool is not None:
+            self._pool.shutdown(wait=wait, cancel_futures=True)
+            self._pool = None
+        for _, _, block in self._published.values():
+            block.close()
+            with contextlib.suppress(FileNotFoundError):  # a failed start may have freed it
+                block.unlink()
+        self._published.clear()
+
+    def _publish(self, obj: Any) -> Ref:
+        """A reference to ``obj`` in shared memory (reused while the same object is published)."""
+        hit = self._published.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            self._published[id(obj)] = self._published.pop(id(obj))  # now the newest
+            return hit[1]
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        block = shared_memory.SharedMemory(create=True, size=max(len(data), 1))
+        block.buf[: len(data)] = data
+        self._next_token += 1
+        ref = (self._next_token, block.name, len(data))
+        self._published[id(obj)] = (obj, ref, block)
+        for key in [k for k in self._published if k not in self._pinned]:
+            if len(self._published) <= _CACHE_SIZE:
+                break
+            _, _, old = self._published.pop(key)
+            old.close()
+            old.unlink()
+        return ref
 
     def map(  # noqa: D102
         self,
@@ -81,34 +176,67 @@ class ProcessExecutor(Executor):
         total = len(items)
         if progress:
             progress(0, total)
-        n = min(self._workers, total)
-        if n <= 1:
+        if min(self._workers, total) <= 1:
             return SerialExecutor().map(fn, items, shared=shared, progress=progress, label=label)
+        if self._owner is not None:
+            return self._owner._map(fn, items, shared, progress, label, self._in_flight or total)
+        return self._map(fn, items, shared, progress, label, total)
+
+    def _map(self, fn, items, shared, progress, label, in_flight):  # noqa: ANN001, ANN202
+        total = len(items)
         out: list[Any] = [None] * total
-        ex = ProcessPoolExecutor(
-            max_workers=n, mp_context=mp.get_context("spawn"),
-            initializer=_init_worker, initargs=(shared,),
-        )  # fmt: skip
+        whole = not isinstance(shared, tuple)
+        parts: tuple[Any, ...] = ()
         try:
-            # workers are spawned by submit: block SIGINT meanwhile so they inherit the mask
-            # (the parent's own pending Ctrl-C is delivered when the mask is restored)
-            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-            try:
-                futs = {ex.submit(_call, fn, it): i for i, it in enumerate(items)}
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            for done, f in enumerate(as_completed(futs), 1):
-                i = futs[f]
+            with self._lock:  # a trickle view may map from another thread
+                parts = (shared,) if whole else tuple(shared)
+                for x in parts:  # pinned first: publishing one part never evicts another
+                    self._pinned[id(x)] = self._pinned.get(id(x), 0) + 1
+                refs = tuple(self._publish(x) for x in parts)
+                if self._pool is None:
+                    self._pool = ProcessPoolExecutor(
+                        max_workers=self._workers, mp_context=mp.get_context("spawn"),
+                        initializer=_init_worker,
+                    )  # fmt: skip
+                pool = self._pool
+            futs: dict[Any, int] = {}
+            todo = iter(enumerate(items))
+
+            def submit(k: int) -> None:
+                # workers are spawned by submit: block SIGINT meanwhile so they inherit the
+                # mask (the parent's own pending Ctrl-C is delivered when it is restored)
+                mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
                 try:
-                    out[i] = f.result()
-                except Exception as e:
-                    raise task_error(e, label(items[i]) if label else _default_label(i)) from e
-                if progress:
-                    progress(done, total)
+                    for i, it in itertools.islice(todo, k):
+                        futs[pool.submit(_call, fn, refs, whole, it)] = i
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+            submit(in_flight)
+            done = 0
+            while futs:
+                finished, _ = wait(futs, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    i = futs.pop(f)
+                    try:
+                        out[i] = f.result()
+                    except Exception as e:
+                        raise task_error(e, label(items[i]) if label else _default_label(i)) from e
+                    done += 1
+                    if progress:
+                        progress(done, total)
+                submit(len(finished))
         except BaseException:
-            ex.shutdown(wait=False, cancel_futures=True)
+            self._shutdown(wait=False)
             raise
-        ex.shutdown(wait=True)
+        finally:
+            with self._lock:
+                for x in parts:
+                    n = self._pinned.pop(id(x), 0) - 1
+                    if n > 0:
+                        self._pinned[id(x)] = n
+        if not self._keep:
+            self._shutdown(wait=True)
         return out
 
 

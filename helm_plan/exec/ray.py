@@ -4,8 +4,10 @@ Ray (an existing distributed engine) schedules the tasks; this module only
 adapts it to :meth:`Executor.map`'s contract, so results are identical to the
 local backends:
 
-- ``shared`` is put in the object store once per map; each worker process
-  fetches it on its first task and keeps it for the rest of the map (the same
+- ``shared`` is put in the object store once (a tuple element by element,
+  each element remembered by identity for the executor's lifetime, so a big
+  input mapped many times is put once per run); each worker process fetches an
+  object on its first task that needs it and keeps the newest few (the same
   "once per worker" as the local process pool);
 - results are collected in item order; progress advances as tasks complete;
 - a task's own exception reaches the driver named by its task
@@ -46,7 +48,9 @@ CANCEL_S = 5.0
 INSTALL_HINT = "pip install 'helm-plan[ray]'"
 
 _WORKER: dict[str, Any] = {}
-"""A Ray worker process's copy of the current map's ``shared`` and its object id."""
+"""A Ray worker process's copies of shared objects by object id (the newest ``_KEEP``)."""
+_KEEP = 8
+"""Shared objects a worker, and the driver's table of put objects, keep at once."""
 
 
 def import_ray() -> Any:
@@ -60,17 +64,20 @@ def import_ray() -> Any:
 
 
 def _shared(box: list[Any]) -> Any:
-    # The ref travels inside a list so Ray does not resolve it per task; the worker
-    # resolves it once per map and keeps only the latest (a map's tasks share one ref).
-    ref = box[0]
-    key = ref.hex()
-    if _WORKER.get("key") != key:
-        import ray
+    # The refs travel inside a list so Ray does not resolve them per task; the worker
+    # resolves each once and keeps the newest few (a run's maps share the big ones).
+    refs, whole = box
+    parts = []
+    for ref in refs:
+        key = ref.hex()
+        if key not in _WORKER:
+            import ray
 
-        _WORKER.clear()
-        _WORKER["value"] = ray.get(ref)
-        _WORKER["key"] = key
-    return _WORKER["value"]
+            _WORKER[key] = ray.get(ref)
+            while len(_WORKER) > _KEEP:
+                del _WORKER[next(iter(_WORKER))]
+        parts.append(_WORKER[key])
+    return parts[0] if whole else tuple(parts)
 
 
 def _run_task(fn: Callable[[Any, Any], Any], box: list[Any], item: Any) -> Any:
@@ -143,6 +150,7 @@ class RayExecutor(Executor):
         self._ray: Any = None
         self._remote: Any = None
         self._owned = False
+        self._puts: dict[int, tuple[Any, Any]] = {}  # id -> (object, its ref), newest last
 
     @property
     def started(self) -> bool:
@@ -188,6 +196,7 @@ class RayExecutor(Executor):
     def close(self) -> None:
         """Shut down the local instance this executor started (or disconnect from the cluster)."""
         ray, self._ray, self._remote = self._ray, None, None
+        self._puts.clear()  # refs die with the session
         if ray is not None and self._owned:
             ray.shutdown()
         self._owned = False
@@ -207,7 +216,8 @@ class RayExecutor(Executor):
         if total == 0:
             return []
         ray = self._start()
-        box = [ray.put(shared)]
+        whole = not isinstance(shared, tuple)
+        box = [[self._put(ray, x) for x in ((shared,) if whole else shared)], whole]
         # ref -> item index; a ref is dropped once read, so the driver holds no result twice
         index = {self._remote.remote(fn, box, it): i for i, it in enumerate(items)}
         out: list[Any] = [None] * total
@@ -230,6 +240,16 @@ class RayExecutor(Executor):
             _cancel(ray, pending)
             raise
         return out
+
+    def _put(self, ray: Any, obj: Any) -> Any:
+        """``obj``'s ref in the object store, put once while the same object is in use."""
+        hit = self._puts.pop(id(obj), None)
+        if hit is None or hit[0] is not obj:
+            hit = (obj, ray.put(obj))
+        self._puts[id(obj)] = hit
+        while len(self._puts) > _KEEP:  # a task holding a dropped ref keeps it alive
+            del self._puts[next(iter(self._puts))]
+        return hit[1]
 
     def _error(self, e: Exception, what: str) -> BaseException:
         """The task's own exception named by its task, or a one-line Ray failure."""

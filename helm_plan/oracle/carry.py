@@ -12,17 +12,26 @@ through the labels, and each candidate ``r`` is one ``step`` of a fork of it
 (the shrinking cache evicts LRU, the growing one fills on demand, the FIFO
 continues). ``P99_w(r)`` is then exactly the window-``w`` P99 of
 ``simulate_node`` with refill ``lazy`` on the schedule ``r*_0..r*_{w-1}, r``
-(tested). Windows are labelled in order, so this mode is sequential.
+(tested). Windows are labelled in order, so this mode is sequential in windows,
+but not in trials: a window's first points (the coarse grid and the edge
+points, :func:`~helm_plan.oracle.search.first_points`) are independent forks
+of the carried node, mapped over the executor; the workers get the trace once
+for the whole run and the carried node once per window. The Optuna trials that
+follow run in this process, one after another (each suggestion depends on the
+previous), exactly as with one worker, so labels do not depend on the worker
+count.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from helm_plan.exec import Executor
 from helm_plan.oracle.config import OracleConfig
-from helm_plan.oracle.search import Eval, search, seed_for
+from helm_plan.oracle.search import Eval, first_points, rank_key, search, seed_for
 from helm_plan.sim.config import NodeConfig
 from helm_plan.sim.context import NodeContext
 from helm_plan.sim.node import NodeResult, collect
@@ -38,6 +47,7 @@ def carry_rows(
     label_row: LabelRow,
     empty_row: Callable[[int], dict[str, Any]],
     progress: Callable[[int, int], None] | None = None,
+    executor: Executor | None = None,
 ) -> tuple[list[dict[str, Any]], NodeResult]:
     """Label rows of every window, in order, each searched from the carried node.
 
@@ -56,26 +66,65 @@ def carry_rows(
             rows.append(empty_row(w))
             served.append(node.step(_keep(node)))
         else:
-            rows.append(_search_window(node, w, ocfg, label_row))
-            served.append(node.step(rows[-1]["r_star"]))
+            row, after, result = _search_window(node, w, ocfg, label_row, executor)
+            rows.append(row)
+            if after is None:  # r* was evaluated in a worker: step this node to it
+                result = node.step(row["r_star"])
+            else:
+                node = after
+            served.append(result)
         if progress:
             progress(w + 1, n_w)
     return rows, collect(served, lazy).compact()
 
 
+def _step_task(shared: tuple[NodeContext, NodeRunner], r: float) -> WindowResult:
+    """One step at ``r`` of a fork of the carried node (in a worker)."""
+    ctx, detached = shared
+    node = copy.copy(detached)
+    node.ctx = ctx
+    return node.fork().step(r)  # the fork: the worker keeps ``detached`` for the next task
+
+
 def _search_window(
-    node: NodeRunner, w: int, ocfg: OracleConfig, label_row: LabelRow
-) -> dict[str, Any]:
-    """Window ``w``'s label row: every candidate r is one step of a fork of the carried node."""
+    node: NodeRunner, w: int, ocfg: OracleConfig, label_row: LabelRow,
+    executor: Executor | None = None,
+) -> tuple[dict[str, Any], NodeRunner | None, WindowResult]:  # fmt: skip
+    """Window ``w``'s label row: every candidate r is one step of a fork of the carried node.
+
+    Also returns the fork that served r* and its window, when r* was evaluated here (the
+    best fork so far is kept, so the node moves on without replaying the window again);
+    ``None`` when r* came from a worker.
+    """
     full: dict[float, WindowResult] = {}
+    known: dict[float, Eval] = {}
+    prev_r = node.ratio if w else None
+    best: list[Any] = []  # [rank key, r, fork] of the best r evaluated in this process
+    if executor is not None and executor.workers > 1:
+        pts = first_points(ocfg)
+        detached = copy.copy(node)
+        detached.ctx = None  # type: ignore[assignment]  # the workers hold the trace already
+        got = executor.map(_step_task, pts, shared=(node.ctx, detached),
+                           label=lambda r: f"window {w} at r={r:g}")  # fmt: skip
+        for r, res in zip(pts, got, strict=True):
+            full[r] = res
+            known[r] = res.p99_ms, res.slo_attainment, res.mean_ms
 
     def objective(r: float) -> Eval:
-        full[r] = node.fork().step(r)
-        return full[r].p99_ms, full[r].slo_attainment, full[r].mean_ms
+        fork = node.fork()
+        full[r] = res = fork.step(r)
+        ev = res.p99_ms, res.slo_attainment, res.mean_ms
+        key = rank_key(r, ev, prev_r)
+        if not best or key < best[0]:
+            best[:] = [key, r, fork]
+        return ev
 
-    evals = search(objective, ocfg, seed_for(ocfg.seed, w))
+    evals = search(objective, ocfg, seed_for(ocfg.seed, w), known)
     # ties go to the r nearest the ratio the node runs at (no needless move)
-    return label_row(w, evals, full, node.ratio if w else None)
+    row = label_row(w, evals, full, prev_r)
+    r_star = row["r_star"]
+    after = best[2] if best and best[1] == r_star else None
+    return row, after, full[r_star]
 
 
 def _keep(node: NodeRunner) -> float:

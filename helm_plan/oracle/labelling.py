@@ -9,7 +9,8 @@ For window ``w``, ``P99_w(r)`` is evaluated in one of two ways:
   are mapped over the executor; window ``w``'s study is seeded with
   ``SeedSequence([seed, w])``, so labels are identical for any worker count.
 - ``warmup="carry"``: from the node the labelled schedule leaves behind
-  (:mod:`helm_plan.oracle.carry`), in order.
+  (:mod:`helm_plan.oracle.carry`), in order; a window's first points are
+  mapped over the executor.
 
 Then ``r*_w = argmin P99_w(r)`` found by :func:`helm_plan.oracle.search.search`.
 """
@@ -116,7 +117,7 @@ def label_windows(
         rows, run = carry_rows(
             ctx, node_cfg, oracle_cfg,
             lambda w, evals, full, prev: label_row(w, evals, full, ctx, node_cfg, oracle_cfg, prev),
-            lambda w: empty_row(w, oracle_cfg), progress,
+            lambda w: empty_row(w, oracle_cfg), progress, executor,
         )  # fmt: skip
         ws = np.zeros(n_w, np.float64)  # the whole past warms every window
     else:

@@ -26,6 +26,7 @@ import numpy as np
 import polars as pl
 
 from helm_plan.exec import Executor, Progress, SerialExecutor
+from helm_plan.exec.background import background
 from helm_plan.oracle.config import OracleConfig
 from helm_plan.oracle.search import Eval, best_of, first_points, rank_key
 from helm_plan.sim.config import NodeConfig
@@ -135,6 +136,40 @@ def best_static(
     return BestStatic(ratio=r_star, p99_ms=best.p99_ms, slo_attainment=best.slo_attainment,
                       flatness=flat, flat_lo=lo, flat_hi=hi, robust_ratio=robust, evaluated=df,
                       method=method)  # fmt: skip
+
+
+class BackgroundStatic:
+    """:func:`best_static` in the background of the carry oracle (:mod:`helm_plan.exec.background`).
+
+    Its runs trickle through the workers the oracle leaves idle while it runs
+    its Optuna trials in the driver, one whole-trace run at a time; the search
+    and its memo are the same as in the foreground, so the answer is identical.
+    """
+
+    def __init__(self, ctx: NodeContext, node_cfg: NodeConfig, oracle_cfg: OracleConfig,
+                 executor: Executor) -> None:  # fmt: skip
+        self.runs = StaticRuns(ctx, node_cfg, executor)
+        self._cfg = oracle_cfg
+
+        def search(view: Executor) -> BestStatic:
+            self.runs.executor = view
+            return best_static(ctx, node_cfg, oracle_cfg, runs=self.runs)
+
+        self._job = background(executor, search, "best static")
+
+    @property
+    def running(self) -> bool:
+        """False when the executor had no worker to lend (nothing was started)."""
+        return self._job is not None
+
+    def result(self, executor: Executor | None) -> tuple[BestStatic, StaticRuns]:
+        """Wait for the search; later runs of the memo use ``executor`` in full."""
+        if self._job is None:
+            best = best_static(self.runs.ctx, self.runs.node_cfg, self._cfg, runs=self.runs)
+        else:
+            best = self._job.result()
+        self.runs.executor = executor
+        return best, self.runs
 
 
 def refine(evals: dict[float, Eval], objective: Callable[[float], Eval], step: float) -> None:

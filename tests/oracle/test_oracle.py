@@ -96,8 +96,17 @@ def test_determinism_and_worker_independence():
     oc = OracleConfig(trials=8, seed=11)
     a = label_windows(ctx, CFG, oc)
     b = label_windows(ctx, CFG, oc)
-    c = label_windows(ctx, CFG, oc, executor=executors.local(2))
+    # carry mode (the default) maps each window's first points over the workers
+    assert oc.warmup == "carry"
+    with executors.local(2) as ex:
+        c = label_windows(ctx, CFG, oc, executor=ex)
     assert a.table.equals(b.table) and a.table.equals(c.table)
+    assert np.array_equal(a.schedule_run.sojourn_s, c.schedule_run.sojourn_s)
+    ow = dataclasses.replace(oc, warmup="window")
+    with executors.local(2) as ex:
+        assert label_windows(ctx, CFG, ow).table.equals(
+            label_windows(ctx, CFG, ow, executor=ex).table
+        )
     bs1 = best_static(ctx, CFG, oc)
     bs2 = best_static(ctx, CFG, oc, executor=executors.local(2))
     assert bs1.ratio == bs2.ratio and bs1.evaluated.equals(bs2.evaluated)
