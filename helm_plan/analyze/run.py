@@ -201,7 +201,7 @@ def _run_analyze(
             )  # fmt: skip
         if curves_bg is None:
             cached_or("curves", lambda tick: stage_curves(ctx, cfg.curves, tick))
-        op_ctx, ocfg, keys_op, shortcut = ctx, cfg.oracle, {}, {}
+        op_ctx, ocfg, keys_op, fits = ctx, cfg.oracle, {}, False
         if cfg.capacity:
             table = trace.read(tpath)
             keys["capacity"] = stable_hash({**base, "stage": "capacity",
@@ -213,7 +213,7 @@ def _run_analyze(
             )
             keys_op = {"op": cap.meta["per_node_factor"]}
         if op_ctx.footprint_bytes <= op_ctx.pool_bytes:
-            ocfg, shortcut = oracle_shortcut(cfg.oracle), shortcut_note(op_ctx, cfg)
+            ocfg, fits = oracle_shortcut(cfg.oracle), True
         keys["oracle"] = stable_hash({"up": keys["oracle"], **keys_op, "cfg": asdict(ocfg)})
         keys["policies"] = stable_hash({"up": keys["policies"], **keys_op, "o": keys["oracle"]})
         lab_path = cache.path("oracle", keys["oracle"], "parquet")
@@ -226,12 +226,16 @@ def _run_analyze(
             # the static search needs no labels: with workers it runs beside the oracle on
             # the cores the oracle's sequential trials leave idle (same answer)
             static = BackgroundStatic(op_ctx, cfg.node, ocfg, executor)
+        oracle_s = None
         with stage("oracle", labels is not None) as tick:
             if labels is None:
+                t_or = time.perf_counter()
                 labels = stage_oracle(op_ctx, cfg.node, ocfg, tick, executor)
+                oracle_s = time.perf_counter() - t_or
                 write_labels(labels, lab_path)
             else:
                 tick(1, 1)
+        shortcut = shortcut_note(cfg, oracle_s, labels) if fits else {}
         if curves_bg is not None:
             cached_or("curves", lambda tick: curves_bg.result())
         cached_or("policies", lambda tick: stage_policies(

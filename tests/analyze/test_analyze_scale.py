@@ -78,3 +78,22 @@ def test_workers_do_not_change_results(serial, small_trace, tmp_path):
     a, b = read_labels(res1.labels_path).table, read_labels(res2.labels_path).table
     assert a.equals(b)
     assert np.isfinite(a["r_star"].to_numpy()).any()
+
+
+def test_footprint_fits_costs_no_extra_replay_and_a_cached_rerun_none(small_trace, tmp_path):
+    # the whole footprint fits: the oracle runs its coarse grid only, and what that saved
+    # is timed from the oracle stage itself, not from a replay of its own
+    plan = {**PLAN, "analyze": {**PLAN["analyze"], "pool_fraction": 1.5}}
+    before = core.REPLAYED["requests"]
+    res = run_analyze(small_trace, build_config(plan), tmp_path / "out")
+    replayed = core.REPLAYED["requests"] - before
+    lab = read_labels(res.labels_path).table
+    n = int(lab["requests"].sum())
+    oracle = int((lab["requests"] * lab["n_evals"]).sum())
+    assert replayed == oracle + (_static_replays(res) + N_ADAPTIVE) * n
+    bullets = json.dumps(res.summary)
+    assert "no Optuna trials" in bullets and "s saved on an answer known up front" in bullets
+    before = core.REPLAYED["requests"]
+    again = run_analyze(small_trace, build_config(plan), tmp_path / "out")
+    assert core.REPLAYED["requests"] == before  # every stage cached: nothing replays
+    assert "s saved on an answer known up front" not in json.dumps(again.summary)
