@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -112,7 +113,7 @@ def test_trickle_keeps_one_task_in_flight_and_background_reraises():
     with executors.local(2) as ex:
         spans = ex.trickle().map(_span, list(range(4)))
         # one at a time: each task starts after the previous one ended
-        assert all(b[0] >= a[1] for a, b in zip(spans, spans[1:]))
+        assert all(b[0] >= a[1] for a, b in zip(spans, spans[1:], strict=False))
         job = executors.background(ex, lambda view: view.map(_fail_on_3, [1, 3]), "test")
         with pytest.raises(executors.TaskError, match="task 1 failed: ValueError: boom"):
             job.result()
@@ -120,3 +121,49 @@ def test_trickle_keeps_one_task_in_flight_and_background_reraises():
             ex, lambda view: view.map(_square_plus, [2], shared={"offset": 1}), "t"
         )
         assert ok.result() == [5]
+
+
+_ORPHAN = """
+import os, signal, sys
+from helm_plan import exec as executors
+
+def pid(shared, x):
+    return os.getpid()
+
+if __name__ == "__main__":
+    with executors.local(2) as ex:
+        pids = sorted(set(ex.map(pid, list(range(8)))))
+        print(" ".join(map(str, pids)), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # the driver dies without shutting the pool
+"""
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for its (gone) parent is dead
+        return f.read().split()[2] != "Z"
+
+
+def test_workers_exit_when_the_driver_is_killed(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "orphan.py"
+    script.write_text(_ORPHAN)
+    import helm_plan
+
+    # the script imports this checkout's helm_plan, as the tests do
+    env = {**os.environ, "PYTHONPATH": str(Path(helm_plan.__file__).parents[1])}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, env=env)  # fmt: skip
+    assert out.returncode == -9, out.stderr
+    pids = [int(p) for p in out.stdout.split()]
+    assert pids
+    deadline = time.monotonic() + 15
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids), "pool workers outlived the killed driver"

@@ -9,6 +9,7 @@ import os
 import pickle
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import shared_memory
@@ -20,6 +21,8 @@ from helm_plan.exec.base import Executor, Progress, task_error
 T = TypeVar("T")
 R = TypeVar("R")
 
+_WATCH_S = 0.5
+"""How often a worker checks that the driver still runs, seconds."""
 _CACHE_SIZE = 8
 """Shared objects a worker (and the parent's publication table) keeps at once, newest last."""
 
@@ -53,13 +56,24 @@ class SerialExecutor(Executor):
         return out
 
 
-def _init_worker() -> None:
+def _init_worker(parent: int) -> None:
     # Only the parent reports Ctrl-C; workers stop when the parent shuts the pool down. A
     # worker starts with SIGINT blocked (map spawns it so), so a Ctrl-C that reaches the
     # process group while it is still importing stays pending and is dropped here, instead
     # of printing a KeyboardInterrupt traceback from the worker's bootstrap.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    # A pool's workers outlive a driver that is killed (SIGKILL, OOM): each holds both ends
+    # of the task queue, so it never sees end-of-file and would wait (or replay) forever.
+    # Exit as soon as this process is reparented, i.e. the driver is gone (``parent`` is the
+    # driver's pid as it spawned us: a worker still importing when the driver dies exits too).
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_WATCH_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="helm-plan parent watch").start()
 
 
 Ref = tuple[int, str, int]
@@ -196,7 +210,7 @@ class ProcessExecutor(Executor):
                 if self._pool is None:
                     self._pool = ProcessPoolExecutor(
                         max_workers=self._workers, mp_context=mp.get_context("spawn"),
-                        initializer=_init_worker,
+                        initializer=_init_worker, initargs=(os.getpid(),),
                     )  # fmt: skip
                 pool = self._pool
             futs: dict[Any, int] = {}
