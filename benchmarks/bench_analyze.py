@@ -1,0 +1,177 @@
+"""``analyze`` at scale (issue 15): replays, workers, peak memory, SHARDS memory.
+
+Each figure runs in a fresh process (``--child``), so its peak memory (``VmHWM``
+of the driver, and the largest worker's) is its own, and prints one JSON line.
+
+1. **replays**: requests replayed through the cache core during ``analyze``
+   (``helm_plan.cache.core.REPLAYED``, every kernel call counts) divided by the
+   trace's length, per stage, with one worker (so every replay is in the
+   counting process). Target: <= 15 in all.
+2. **workers**: wall time of ``analyze --workers 2`` against ``--workers 1`` on
+   the same trace, each in a fresh process with a fresh run directory
+   (identical outputs are checked: labels and summary). Target: >= 1.6x.
+3. **peak memory** of each of those runs (driver and largest worker).
+4. **SHARDS 1%** peak memory of the curves pass against the exact pass on the
+   same trace (fresh processes; ``compute_curves`` with ``sample_rate``).
+   Target: <= 0.2x.
+
+Traces: ``helm_plan.synth`` mixed regime (steady, trend, burst thirds), pool
+fraction 0.25, ``--candidates`` per request (64 default; the synth default is
+512), ``--requests`` long; ``analyze`` with ``--no-capacity`` unless
+``--capacity`` (the plan stage then runs first, on a request budget).
+
+Run: ``python benchmarks/bench_analyze.py [--requests N] [--candidates K]
+[--capacity] [--skip-workers] [--skip-shards] [--shards-requests N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+QPS = 250.0
+
+
+def peak_mib() -> float:
+    """This process's peak RSS (VmHWM: Linux carries ru_maxrss across exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def make_trace(d: Path, n: int, candidates: int) -> Path:
+    from helm_plan import synth
+    from helm_plan.synth import SynthConfig
+
+    p = d / f"bench_analyze_mixed_{n}_{candidates}.parquet"
+    if not p.exists():
+        synth.write(SynthConfig(regime="mixed", qps=QPS, duration_s=n / QPS,
+                                candidates=candidates, seed=1), p)  # fmt: skip
+    return p
+
+
+def child_analyze(trace_path: str, workers: int, capacity: bool, out: str) -> None:
+    import resource
+
+    from helm_plan.analyze import AnalyzeConfig, run_analyze
+    from helm_plan.cache import core
+    from helm_plan.trace import read
+
+    n = read(trace_path).num_rows
+    per_stage: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def pf(label: str):  # noqa: ANN202
+        r0 = core.REPLAYED["requests"]
+        yield lambda done, total: None
+        per_stage[label.split(" ")[0]] = (core.REPLAYED["requests"] - r0) / n
+
+    cfg = AnalyzeConfig(workers=workers, capacity=capacity, pool_fraction=0.25)
+    t0 = time.perf_counter()
+    res = run_analyze(trace_path, cfg, out, pf)
+    wall = time.perf_counter() - t0
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    summary = {k: v for k, v in res.summary.items() if k != "timings_s"}
+    print(json.dumps({"wall_s": wall, "peak_mib": peak_mib(), "worker_peak_mib": kids,
+                      "requests": n, "replays": core.REPLAYED["requests"] / n,
+                      "per_stage": per_stage, "stages_s": res.summary["timings_s"],
+                      "summary": json.dumps(summary, sort_keys=True, default=str),
+                      "labels": str(res.labels_path)}))  # fmt: skip
+
+
+def child_curves(trace_path: str, sample_rate: float) -> None:
+    from helm_plan.cache.curves import CurvesConfig, compute_curves
+    from helm_plan.profiles import Pool
+    from helm_plan.sim import load_context
+
+    ctx = load_context(trace_path, pool_fraction=0.25)
+    loaded = peak_mib()
+    t0 = time.perf_counter()
+    cv = compute_curves(ctx.workload, ctx.gpu, ctx.model, Pool(ctx.pool_bytes, ctx.pool_source),
+                        CurvesConfig(sample_rate=sample_rate))  # fmt: skip
+    wall = time.perf_counter() - t0
+    print(json.dumps({"wall_s": wall, "peak_mib": peak_mib(), "loaded_mib": loaded,
+                      "rows": cv.table.height}))  # fmt: skip
+
+
+def run_child(*args: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True,
+                         text=True, check=False)  # fmt: skip
+    if out.returncode:
+        raise SystemExit(f"child {args} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--candidates", type=int, default=64)
+    ap.add_argument("--capacity", action="store_true", help="plan first (analyze's default)")
+    ap.add_argument("--skip-workers", action="store_true", help="skip figures 2-3 at 2 workers")
+    ap.add_argument("--skip-shards", action="store_true", help="skip figure 4")
+    ap.add_argument("--shards-requests", type=int, default=1_200_000)
+    ap.add_argument("--dir", default=tempfile.gettempdir(), help="where traces are cached")
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        kind, *rest = args.child
+        if kind == "analyze":
+            child_analyze(rest[0], int(rest[1]), rest[2] == "1", rest[3])
+        else:
+            child_curves(rest[0], float(rest[1]))
+        return
+    print(f"cpus: {os.cpu_count()}, load average: {os.getloadavg()}", flush=True)
+    d = Path(args.dir)
+    rows: list[tuple[str, ...]] = []
+    tp = make_trace(d, args.requests, args.candidates)
+    cap = "1" if args.capacity else "0"
+    with tempfile.TemporaryDirectory(dir=d) as tmp:
+        one = run_child("analyze", str(tp), "1", cap, f"{tmp}/w1")
+        print(f"workers 1: {json.dumps({k: v for k, v in one.items() if k != 'summary'})}",
+              flush=True)  # fmt: skip
+        stages = ", ".join(f"{k} {v:.1f}" for k, v in one["per_stage"].items() if v)
+        rows.append((f"replays per analyze, {one['requests']:,} requests", f"{one['replays']:.1f}",
+                     f"by stage: {stages}", "", "(target <= 15; before: 74)"))  # fmt: skip
+        rows.append((f"analyze --workers 1, {one['requests']:,} requests x {args.candidates} "
+                     "candidates", f"{one['wall_s']:.0f} s, peak {one['peak_mib']:,.0f} MiB",
+                     "", "", ""))  # fmt: skip
+        if not args.skip_workers:
+            two = run_child("analyze", str(tp), "2", cap, f"{tmp}/w2")
+            print(f"workers 2: {json.dumps({k: v for k, v in two.items() if k != 'summary'})}",
+                  flush=True)  # fmt: skip
+            same = (
+                one["summary"].replace(f"{tmp}/w1", "") == two["summary"].replace(f"{tmp}/w2", "")
+                and Path(one["labels"]).read_bytes() == Path(two["labels"]).read_bytes()
+            )
+            rows.append((f"analyze --workers 2, {two['requests']:,} requests",
+                         f"{two['wall_s']:.0f} s, driver peak {two['peak_mib']:,.0f} MiB, "
+                         f"worker peak {two['worker_peak_mib']:,.0f} MiB",
+                         f"--workers 1: {one['wall_s']:.0f} s",
+                         f"{one['wall_s'] / two['wall_s']:.2f}x; outputs identical: {same}",
+                         "(target >= 1.6x)"))  # fmt: skip
+    if not args.skip_shards:
+        sp = make_trace(d, args.shards_requests, args.candidates)
+        exact = run_child("curves", str(sp), "1.0")
+        shards = run_child("curves", str(sp), "0.01")
+        rows.append((f"curves pass, SHARDS 1%, {args.shards_requests:,} requests",
+                     f"{shards['peak_mib']:,.0f} MiB peak ({shards['loaded_mib']:,.0f} after "
+                     f"load), {shards['wall_s']:.0f} s",
+                     f"exact: {exact['peak_mib']:,.0f} MiB, {exact['wall_s']:.0f} s",
+                     f"{shards['peak_mib'] / exact['peak_mib']:.2f}x memory; beyond the loaded "
+                     f"trace {(shards['peak_mib'] - shards['loaded_mib']) / max(exact['peak_mib'] - exact['loaded_mib'], 1):.2f}x",
+                     "(target <= 0.2x)"))  # fmt: skip
+    print("\n| figure | value | peer (same run) | ratio | target |\n|---|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
+if __name__ == "__main__":
+    main()
