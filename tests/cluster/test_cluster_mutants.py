@@ -224,6 +224,50 @@ def test_an_empty_window_and_no_work():
     assert res.ratio_spread == 0.0 and res.h2d_bytes == 11
 
 
+def _empty_out(n: int = 0) -> dict:
+    keys = ("sojourn_s", "service_s", "batch_size", "finish_s", "lookup_bytes", "miss_bytes",
+            "n_reused", "ctx_len", "n_computed")  # fmt: skip
+    return {k: np.zeros(n) for k in keys}
+
+
+def test_one_window_is_measured_even_with_a_warmup():
+    # warm-up 1 of a single window: nothing would be left, so the window is measured;
+    # three requests finishing within 0.8 s of the start: throughput over 0.8 s, not the window
+    out = _empty_out(3) | {"sojourn_s": np.array([0.001, 0.002, 0.003]),
+                           "finish_s": np.array([0.2, 0.5, 0.8])}  # fmt: skip
+    stub = _node_stub(0)
+    stub.ratios = np.array([0.4])
+    stub.windows = pl.DataFrame({"h2d_bytes": [9], "prefetch_bytes": [2]})
+    cfg = NodeConfig(window_s=2.0, warmup_windows=1, slo_ms=5.0)
+    res = build_result("rr", "p", cfg, np.array([0, 3]), np.zeros(3, np.int32), out, [stub])
+    assert res.measured_from_window == 0 and res.requests == 3
+    assert res.windows["measured"].to_list() == [True]
+    assert res.throughput_rps == pytest.approx(3 / 0.8)
+    assert res.windows["throughput_rps"].to_list() == [pytest.approx(3 / 2.0)]
+    assert res.h2d_bytes == 9 and res.prefetch_bytes == 2
+
+
+def test_no_windows_gives_empty_tables_and_undefined_figures():
+    stub = _node_stub(0)
+    stub.ratios = np.zeros(0)
+    stub.windows = pl.DataFrame({"h2d_bytes": np.zeros(0, np.int64),
+                                 "prefetch_bytes": np.zeros(0, np.int64)})  # fmt: skip
+    res = build_result("rr", "p", NodeConfig(warmup_windows=1), np.array([0]),
+                       np.zeros(0, np.int32), _empty_out(), [stub, stub])  # fmt: skip
+    assert res.ratios.shape == (0, 2) and res.window_idx.shape == (0,)
+    assert res.windows.height == 0 and res.windows.width == 18
+    assert res.windows["ratio_spread"].dtype == pl.Float64
+    t = res.node_table
+    assert t["node"].to_list() == [0, 1]
+    for col in ("ratio_mean", "ratio_min", "ratio_max"):
+        assert t[col].to_list() == [0.0, 0.0], col
+    assert res.requests == 0 and res.measured_from_window == 0
+    assert res.h2d_bytes == 0 and res.prefetch_bytes == 0
+    for k in ("p50_ms", "p99_ms", "throughput_rps", "emb_hit_rate", "kv_reuse_rate",
+              "imbalance_max_mean", "ratio_spread"):  # fmt: skip
+        assert math.isnan(getattr(res, k)), k
+
+
 # ---- routers -----------------------------------------------------------------------------
 
 
@@ -318,14 +362,45 @@ def test_router_ci_rejects_bad_input():
         router_ci(np.ones(0), np.ones(0), np.zeros(0), 5.0)
     with pytest.raises(ConfigError, match="got 2, 2, 1"):
         router_ci(np.ones(2), np.ones(2), np.zeros(1), 5.0)
-    with pytest.raises(ConfigError, match="level"):
+    with pytest.raises(ConfigError, match=r"^level must be in \[0.0, 1.0\], got 1.5") as e:
         router_ci(np.ones(2), np.ones(2), np.zeros(2), 5.0, level=1.5)
+    with pytest.raises(ConfigError) as e:
+        router_ci(np.ones(1), np.ones(2), np.zeros(1), 5.0)
+    assert e.value.hint == "pass both routers' sojourns of the same requests and their windows"
+
+
+def test_router_ci_of_one_request():
+    ci = router_ci(np.array([0.004]), np.array([0.008]), np.array([7]), 5.0, n_boot=20)
+    assert ci.p99_cut == pytest.approx(0.5) and ci.p99_lo == pytest.approx(0.5)
+    assert ci.attainment_gain == 1.0 and ci.att_hi == 1.0 and ci.n_windows == 1
+
+
+def test_router_ci_counts_a_sojourn_at_the_slo_as_met():
+    # 5 ms is exactly the SLO (5 / 1e3 is the float 0.005): met; 5.01 ms is not
+    a = np.array([0.005, 0.005, 0.001, 0.00501])
+    b = np.array([0.00501, 0.00501, 0.001, 0.00501])
+    ci = router_ci(a, b, np.zeros(4), 5.0, n_boot=10)
+    assert ci.attainment_gain == pytest.approx(3 / 4 - 1 / 4)
+
+
+def test_router_ci_is_seeded_with_1000_resamples_by_default():
+    rng = np.random.default_rng(9)
+    a, b = rng.exponential(0.004, 2000), rng.exponential(0.005, 2000)
+    w = rng.integers(0, 40, 2000)
+    ci = router_ci(a, b, w, 5.0)
+    assert ci.n_boot == 1000 and ci.level == 0.95 and ci.n_windows == 40
+    assert ci == router_ci(a, b, w, 5.0, n_boot=1000, seed=0) == router_ci(a, b, w, 5.0)
+    other = router_ci(a, b, w, 5.0, seed=1)
+    assert (other.p99_lo, other.p99_hi) != (ci.p99_lo, ci.p99_hi)
+    assert ci.p99_lo < ci.p99_cut < ci.p99_hi and ci.att_lo < ci.attainment_gain < ci.att_hi
 
 
 def test_compare_needs_a_router_and_a_policy():
-    for routers, policies in (([], ["emb-max"]), (["jsq"], [])):
-        with pytest.raises(ConfigError, match="at least one router and one policy"):
+    for routers, policies in (([], ["emb-max"]), (["jsq"], []), ([], [])):
+        with pytest.raises(ConfigError) as e:
             compare(None, routers, policies, None)
+        assert str(e.value) == "compare needs at least one router and one policy"
+        assert e.value.hint == "pass --routers and --policies as comma lists"
 
 
 # ---- run_point and compare: what a grid point keeps -------------------------------------

@@ -243,18 +243,23 @@ def test_start_factor_edges(monkeypatch):
 SLO = 10.0
 ORACLE = SimpleNamespace(coarse_step=0.25)
 CCFG = SimpleNamespace(node=SimpleNamespace(slo_ms=SLO))
+CTX = SimpleNamespace(name="ctx")
 
 
-def _fake_points(monkeypatch, table):
+def _fake_points(monkeypatch, table, oracle=ORACLE):
     """``table``: r -> (P99 ms, attainment); a spec not of the form static:r is looked up whole."""
     tried: list[str] = []
+    expected_oracle = oracle
 
     def fake(ctx, ccfg, spec, oracle):
+        assert (ctx, ccfg, oracle) == (CTX, CCFG, expected_oracle)  # passed through untouched
         tried.append(spec)
         key = float(spec.split(":")[1]) if spec.startswith("static:") else spec
         p99, att = table[key]
+        # window_idx holds the call number, so an answer shows which simulation it came from
         return SimpleNamespace(overall={"p99_ms": p99, "slo_attainment": att},
-                               sojourn_s=np.array([p99 / 1e3]), window_idx=np.array([0]))  # fmt: skip
+                               sojourn_s=np.array([p99 / 1e3]),
+                               window_idx=np.array([len(tried)]))  # fmt: skip
 
     monkeypatch.setattr(evaluate, "run_point", fake)
     return tried
@@ -262,25 +267,27 @@ def _fake_points(monkeypatch, table):
 
 def test_a_plain_policy_is_one_simulation(monkeypatch):
     tried = _fake_points(monkeypatch, {"emb-max": (SLO, 0.95), 0.3: (SLO + 1, 1.0)})
-    ev = evaluate.meets(None, CCFG, "emb-max", ORACLE, 0.95)
+    ev = evaluate.meets(CTX, CCFG, "emb-max", ORACLE, 0.95)
+    np.testing.assert_array_equal(ev.window_idx, [1])
     assert ev.passes and ev.p99_ms == SLO and ev.slo_attainment == 0.95  # both bounds inclusive
     assert math.isnan(ev.ratio) and ev.simulations == 1 and tried == ["emb-max"]
-    assert not evaluate.meets(None, CCFG, "emb-max", ORACLE, 0.96).passes
-    assert not evaluate.meets(None, CCFG, "static:0.3", ORACLE, 0.5).passes
+    assert not evaluate.meets(CTX, CCFG, "emb-max", ORACLE, 0.96).passes
+    assert not evaluate.meets(CTX, CCFG, "static:0.3", ORACLE, 0.5).passes
     np.testing.assert_array_equal(ev.sojourn_s, [SLO / 1e3])
 
 
 def test_best_static_tries_nearest_the_hint_and_stops_at_the_first_pass(monkeypatch):
     table = {0.0: (50, 0.5), 0.25: (20, 0.8), 0.5: (30, 0.7), 0.75: (5, 1.0), 1.0: (4, 1.0)}
     tried = _fake_points(monkeypatch, table)
-    ev = evaluate.meets(None, CCFG, "best-static", ORACLE, 0.99)
+    ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.99)
     # |r - 0.5|: 0.5, then 0.25 and 0.75 (a tie, lower r first); 0.75 passes
     assert tried == ["static:0.5", "static:0.25", "static:0.75"]
     assert ev.passes and ev.ratio == 0.75 and ev.simulations == 3
     assert ev.p99_ms == 5 and ev.slo_attainment == 1.0
     np.testing.assert_array_equal(ev.sojourn_s, [0.005])
+    np.testing.assert_array_equal(ev.window_idx, [3])  # the third simulation's
     tried.clear()
-    ev = evaluate.meets(None, CCFG, "best-static", ORACLE, 0.99, hint=0.9)
+    ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.99, hint=0.9)
     assert tried == ["static:1"] and ev.ratio == 1.0 and ev.simulations == 1
 
 
@@ -290,18 +297,20 @@ def test_best_static_half_steps_around_the_lowest_p99(monkeypatch):
     table = {0.0: (50, 0.5), 0.25: (20, 0.9), 0.5: (30, 0.7), 0.75: (20, 0.8),
              1.0: (float("nan"), 0.0), 0.125: (9, 0.995), 0.375: (25, 0.9)}  # fmt: skip
     tried = _fake_points(monkeypatch, table)
-    ev = evaluate.meets(None, CCFG, "best-static", ORACLE, 0.99)
+    ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.99)
     assert tried == ["static:0.5", "static:0.25", "static:0.75", "static:0", "static:1",
                      "static:0.375", "static:0.125"]  # fmt: skip
     assert ev.passes and ev.ratio == 0.125 and ev.simulations == 7 and ev.p99_ms == 9
+    np.testing.assert_array_equal(ev.window_idx, [7])
     # and when no half-step passes either: the lowest-P99 r, failing, after all seven
     table[0.125] = (21, 0.9)
     tried.clear()
-    ev = evaluate.meets(None, CCFG, "best-static", ORACLE, 0.99)
-    assert len(tried) == 7 and not ev.passes
+    ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.99)
+    assert len(tried) == 7 and ev.passes is False
     assert ev.ratio == 0.25 and ev.p99_ms == 20 and ev.slo_attainment == 0.9
     assert ev.simulations == 7
     np.testing.assert_array_equal(ev.sojourn_s, [0.02])
+    np.testing.assert_array_equal(ev.window_idx, [2])  # 0.25 was the second simulation
 
 
 def test_best_static_half_steps_stay_inside_zero_one(monkeypatch):
@@ -309,12 +318,34 @@ def test_best_static_half_steps_stay_inside_zero_one(monkeypatch):
     table = {0.0: (math.nan, 0.0), 0.25: (40, 0.5), 0.5: (30, 0.5), 0.75: (20, 0.5),
              1.0: (11, 0.5), 0.875: (12, 0.5)}  # fmt: skip
     tried = _fake_points(monkeypatch, table)
-    ev = evaluate.meets(None, CCFG, "best-static", ORACLE, 0.9)
+    ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.9)
     assert tried[5:] == ["static:0.875"] and ev.simulations == 6
     assert ev.ratio == 1.0 and ev.p99_ms == 11 and not ev.passes
     # a P99 tie broken by the lower r when attainments tie too
     table = {0.0: (10.5, 0.5), 0.25: (40, 0.5), 0.5: (30, 0.5), 0.75: (20, 0.5),
              1.0: (10.5, 0.5), 0.125: (13, 0.5)}  # fmt: skip
     tried = _fake_points(monkeypatch, table)
-    ev = evaluate.meets(None, CCFG, "best-static", ORACLE, 0.9)
+    ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.9)
     assert tried[5:] == ["static:0.125"] and ev.ratio == 0.0
+
+
+def test_a_nan_p99_tried_first_still_ranks_last(monkeypatch):
+    # hint 0: r = 0 (NaN P99) is simulated first; the lowest P99 is still r = 1
+    table = {0.0: (math.nan, 0.0), 0.25: (40, 0.5), 0.5: (30, 0.5), 0.75: (20, 0.5),
+             1.0: (11, 0.5), 0.875: (12, 0.5)}  # fmt: skip
+    tried = _fake_points(monkeypatch, table)
+    ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.9, hint=0.0)
+    assert tried == ["static:0", "static:0.25", "static:0.5", "static:0.75", "static:1",
+                     "static:0.875"]  # fmt: skip
+    assert ev.ratio == 1.0 and ev.p99_ms == 11
+
+
+def test_a_half_step_already_on_the_grid_is_skipped_not_the_end(monkeypatch):
+    # step 0.4: grid 0, 0.4, 0.8, 1; the lowest P99 at 0.8, half-steps 0.6 and 1.0; tried
+    # nearest the hint 0.95: 1.0 (already simulated, skipped), then 0.6, which passes
+    orc = SimpleNamespace(coarse_step=0.4)
+    table = {0.0: (50, 0.5), 0.4: (40, 0.5), 0.8: (20, 0.5), 1.0: (30, 0.5), 0.6: (9, 1.0)}
+    tried = _fake_points(monkeypatch, table, orc)
+    ev = evaluate.meets(CTX, CCFG, "best-static", orc, 0.9, hint=0.95)
+    assert tried == ["static:1", "static:0.8", "static:0.4", "static:0", "static:0.6"]
+    assert ev.passes and ev.ratio == 0.6 and ev.simulations == 5
