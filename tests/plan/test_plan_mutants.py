@@ -27,12 +27,13 @@ from helm_plan.sim import NodeConfig
 # ---- load_curve ---------------------------------------------------------------------------
 
 QPS_PER_FACTOR = 7.0
-THRESH = {"a": 3.0, "b": 0.3, "c": math.inf, "d": -1.0}
-"""Each stand-in policy passes iff the factor is at most this (d never, c always)."""
+THRESH = {"a": 3.0, "b": 0.3, "c": math.inf, "d": -1.0, "e": 3.0}
+"""Each stand-in policy passes iff the factor is at most this (d never, c always); e also
+fails below factor 1.5 (a non-monotone policy)."""
 
 
-def _setup(n=100, span=9.9, **kw) -> LoadSetup:
-    ts = np.linspace(0.0, span, n)
+def _setup(n=100, span=9.9, t0=0.0, ts=None, **kw) -> LoadSetup:
+    ts = np.linspace(t0, t0 + span, n) if ts is None else np.asarray(ts, np.float64)
     table = pa.table({"ts_s": ts})
     base = {"gpu": None, "model": None, "latency": None, "latency_profile": None,
             "pool_bytes": 0, "node": None, "oracle": None, "max_requests": 1000}  # fmt: skip
@@ -45,9 +46,12 @@ def calls(monkeypatch):
     seen: list[tuple[str, float, float | None]] = []
 
     def fake(shared, item):
+        assert isinstance(shared, LoadSetup)  # every batch gets the setup
         spec, factor, *rest = item
+        if spec == "boom":
+            raise ConfigError("no GPU")
         seen.append((spec, factor, rest[0] if rest else None))
-        ok = factor <= THRESH[spec]
+        ok = factor <= THRESH[spec] and not (spec == "e" and factor < 1.5)
         ratio = math.nan if spec == "b" else factor / 100  # "b" is not a best-static search
         return LoadPoint(spec, factor, QPS_PER_FACTOR * factor, 1.0 if ok else 9.0,
                          0.99 if ok else 0.5, ok, ratio)  # fmt: skip
@@ -62,7 +66,10 @@ def _factors(calls, p):
 
 def test_widen_then_bisect_each_edge(calls):
     s = _setup()  # 100 rows, max 1000 requests: the cap is factor 10
-    lc = load_curve(s, ["a", "b", "c", "d"], [1.0, 2.0], refine_steps=6, max_widen=10)
+    ticks = []
+    # the defaults: six bisection steps, ten widenings
+    lc = load_curve(s, ["a", "b", "c", "d"], [1.0, 2.0], progress=lambda d, t: ticks.append((d, t)))
+    assert ticks == [(i, 8) for i in range(9)]  # the first batch: 4 policies x 2 loads
     # a: passes 1, 2; doubling to 4 fails; six geometric bisections of (2, 4)
     fa = _factors(calls, "a")
     assert fa[:3] == [1.0, 2.0, 4.0] and len(fa) == 3 + 6
@@ -151,11 +158,41 @@ def test_base_qps_of_a_one_row_trace_is_nan(calls):
 
 
 def test_bad_loads_and_attainment_are_refused(calls):
-    with pytest.raises(ConfigError, match="load factor"):
+    with pytest.raises(ConfigError, match="^load factor must be positive, got 0.0"):
         load_curve(_setup(), ["a"], [1.0, 0.0])
-    with pytest.raises(ConfigError, match="attainment"):
+    with pytest.raises(ConfigError, match=r"^attainment must be in \[0.0, 1.0\], got 1.5"):
         load_curve(_setup(attainment=1.5), ["a"], [1.0])
     assert calls == []
+    # a failing load point is named by its policy and factor
+    with pytest.raises(ConfigError, match="^load point boom x2.5: no GPU"):
+        load_curve(_setup(), ["boom"], [2.5])
+
+
+def test_a_failure_below_a_pass_is_not_the_edge(calls):
+    # e fails at 1 and passes at 2: the edge above is found by doubling to 4, then bisected
+    lc = load_curve(_setup(), ["e"], [1.0, 2.0], refine_steps=3)
+    fe = _factors(calls, "e")
+    assert fe[:3] == [1.0, 2.0, 4.0] and len(fe) == 6
+    assert all(2.0 < f < 4.0 for f in fe[3:])
+    assert lc.max_qps["e"] == pytest.approx(QPS_PER_FACTOR * max(f for f in fe if f <= 3.0))
+
+
+@pytest.mark.parametrize(
+    ("ts", "want"),
+    [
+        ([5.0, 6.0], 2.0),  # two requests one second apart
+        ([0.0, 0.0, 1.0], 3.0),  # a tie at the start
+        ([0.0, 1.0, 1.0], 3.0),  # a tie at the end
+        ([4.0, 4.0, 4.0], math.nan),  # no time passes: no rate
+        ([100.0, 102.0, 103.0, 104.0], 1.0),  # measured from the first request, not from 0
+    ],
+)
+def test_base_qps_is_requests_over_the_trace_span(calls, ts, want):
+    lc = load_curve(_setup(ts=ts), ["c"], [1.0], max_widen=1)
+    if math.isnan(want):
+        assert math.isnan(lc.base_qps)
+    else:
+        assert lc.base_qps == pytest.approx(want)
 
 
 def test_a_load_point_scales_builds_and_asks_meets(monkeypatch):
@@ -201,10 +238,12 @@ def _fake_node(monkeypatch, service_s, batch_size, window_idx):
     seen = {}
 
     def ctx(s, factor):
+        assert isinstance(s, LoadSetup)
         seen["factor"] = factor
         return "ctx", None
 
     def sim(c, r, node):
+        assert c == "ctx" and isinstance(node, SimpleNamespace)
         seen["r"] = r
         return SimpleNamespace(service_s=np.array(service_s), batch_size=np.array(batch_size),
                                window_idx=np.array(window_idx))  # fmt: skip
@@ -222,9 +261,11 @@ def test_start_factor_by_hand(monkeypatch):
     assert start_factor(s) == pytest.approx(4.0)
     assert start_factor(s, target_utilisation=0.5) == pytest.approx(2.5)
     assert seen == {"factor": 1.0, "r": 0.5}
-    # a trace shorter than a window: utilisation over the trace's span (0.8 s on 2 streams)
-    s = _setup(n=10, span=0.5, node=SimpleNamespace(window_s=2.0, slots=2))
-    assert start_factor(s) == pytest.approx(0.8 / (0.8 / (0.5 * 2)))
+    # a trace shorter than a window: utilisation over the trace's span, 0.8 s of work in
+    # 0.25 s on 2 streams is 1.6; the trace starting late changes nothing
+    node = SimpleNamespace(window_s=2.0, slots=2)
+    assert start_factor(_setup(n=10, span=0.25, t0=50.0, node=node)) == pytest.approx(0.5)
+    assert start_factor(_setup(ts=[7.0, 7.25], node=node)) == pytest.approx(0.5)
 
 
 def test_start_factor_edges(monkeypatch):
@@ -236,6 +277,8 @@ def test_start_factor_edges(monkeypatch):
     # one request: its span is the window
     _fake_node(monkeypatch, [0.5], [1], [0])
     assert start_factor(_setup(n=1, node=node)) == pytest.approx(0.8 / (0.5 / 2.0))
+    # requests all at one instant: no span to measure a rate over, factor 1
+    assert start_factor(_setup(ts=[3.0, 3.0, 3.0], node=node)) == 1.0
 
 
 # ---- meets: the best-static search --------------------------------------------------------
