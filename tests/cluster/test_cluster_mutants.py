@@ -245,6 +245,10 @@ def test_one_window_is_measured_even_with_a_warmup():
     assert res.throughput_rps == pytest.approx(3 / 0.8)
     assert res.windows["throughput_rps"].to_list() == [pytest.approx(3 / 2.0)]
     assert res.h2d_bytes == 9 and res.prefetch_bytes == 2
+    # a window length given as an integer still starts windows at float seconds
+    cfg = NodeConfig(window_s=2, warmup_windows=0, slo_ms=5.0)
+    res = build_result("rr", "p", cfg, np.array([0, 3]), np.zeros(3, np.int32), out, [stub])
+    assert res.windows["start_s"].dtype == pl.Float64
 
 
 def test_no_windows_gives_empty_tables_and_undefined_figures():
