@@ -79,9 +79,11 @@ def child_analyze(trace_path: str, workers: int, capacity: bool, out: str) -> No
     res = run_analyze(trace_path, cfg, out, pf)
     wall = time.perf_counter() - t0
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    me, ch = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = {"driver": me.ru_utime + me.ru_stime, "workers": ch.ru_utime + ch.ru_stime}
     summary = {k: v for k, v in res.summary.items() if k != "timings_s"}
     print(json.dumps({"wall_s": wall, "peak_mib": peak_mib(), "worker_peak_mib": kids,
-                      "requests": n, "replays": core.REPLAYED["requests"] / n,
+                      "requests": n, "replays": core.REPLAYED["requests"] / n, "cpu_s": cpu,
                       "per_stage": per_stage, "stages_s": res.summary["timings_s"],
                       "summary": json.dumps(summary, sort_keys=True, default=str),
                       "labels": str(res.labels_path)}))  # fmt: skip
