@@ -361,3 +361,42 @@ def test_burst_off_never_detects():
     c = _ctrl(0.0, **(DET | {"burst": False}))
     c.step(_x(1.0, r=0.5))
     assert c.step(_x(3.0)) == 0.5 and not c.in_burst and math.isnan(c._m0)
+
+
+# ---------------------------------------------------------------- written after the mutation run
+
+
+def test_load_hints_are_exact(tmp_path):
+    with pytest.raises(InputFileError) as e:
+        Controller.load(tmp_path / "nope.npz")
+    assert e.value.hint == "train one with `helm-plan train TRACE... -o FILE`"
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(InputFileError) as e:
+        Controller.load(bad)
+    assert e.value.hint == "pass a .npz written by `helm-plan train`"
+    none = tmp_path / "none.npz"
+    np.savez(none, shifts=np.zeros(2))
+    with pytest.raises(InputFileError) as e:
+        Controller.load(none)
+    assert e.value.hint == "pass a .npz written by `helm-plan train`"
+
+
+def test_load_reads_only_numbered_weights(tmp_path):
+    # "Wx" starts like a weight but is not one: the actor still has two layers
+    p = tmp_path / "w.npz"
+    np.savez(p, **_ctrl(0.2).arrays(), Wx=np.zeros((2, 2)))
+    c = Controller.load(p, RuntimeConfig(hold_margin=0.0, adapter=False, burst=False))
+    assert len(c._W) == 2 and c.step(_x(r=0.5)) == pytest.approx(0.7)
+
+
+def test_card_is_stored_sorted_and_as_text(tmp_path):
+    c = _ctrl()
+    c.card.update({"b": 1, "a": tmp_path})
+    assert str(c.arrays()["card"]) == '{"a": "' + str(tmp_path) + '", "b": 1}'
+
+
+def test_with_config_keeps_the_source(tmp_path):
+    p = save(_ctrl(), tmp_path / "c.npz")
+    d = Controller.load(p).with_config(RuntimeConfig())
+    assert d.source == str(p)
