@@ -24,6 +24,7 @@ try:  # typer >= 0.20 vendors click
 except ImportError:  # pragma: no cover - older typer on click itself
     from click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
+from helm_plan_cli._interrupt import SIGNALLED
 from helm_plan_cli.main import INTERRUPT_LINE, INTERRUPTED
 
 from helm_plan.errors import HelmPlanError, HelmPlanNote
@@ -136,6 +137,8 @@ class _Group(TyperGroup):
         except HelmPlanError as e:
             if _debug["on"]:
                 raise
+            if SIGNALLED.is_set():  # a Ctrl-C that surfaced as another error is a Ctrl-C
+                raise _fail(INTERRUPT_LINE.removeprefix("error: "), INTERRUPTED) from None
             # Every error line has a fix; one raised without a hint gets the help pointer.
             cmd = " ".join(x for x in (ctx.command_path, ctx.invoked_subcommand) if x)
             line = e.one_line() if e.hint else f"{e}; see `{cmd} --help`"
@@ -149,6 +152,8 @@ class _Group(TyperGroup):
         except Exception as e:
             if _debug["on"]:
                 raise
+            if SIGNALLED.is_set():
+                raise _fail(INTERRUPT_LINE.removeprefix("error: "), INTERRUPTED) from None
             raise _fail(
                 f"internal error {type(e).__name__}: {e}; this is a bug, "
                 "rerun with --debug for the traceback and report it",

@@ -17,6 +17,8 @@ import sys
 import threading
 from typing import Any
 
+from helm_plan_cli._interrupt import SIGNALLED
+
 INTERRUPTED = 130
 INTERRUPT_LINE = "error: interrupted; finished outputs are kept, rerun to resume"
 
@@ -38,6 +40,7 @@ def _watch_sigint() -> None:
     unwinds normally (atomic writes clean up). A second Ctrl-C exits at once.
     """
     signal.sigwait({signal.SIGINT})
+    SIGNALLED.set()
     for p in multiprocessing.active_children():
         p.terminate()
     _thread.interrupt_main()

@@ -61,3 +61,22 @@ def test_sigint_mid_stage_then_resume(tmp_path):
     s = json.loads((out / "summary.json").read_text())
     assert s["stages_cached"] == ["inspect", "curves"]
     assert not [f for f in _files(out) if f.endswith(".tmp") or "/." in f.replace(".stages/", "")]
+
+
+def test_an_error_after_ctrl_c_is_reported_as_the_interruption(tmp_path):
+    # A KeyboardInterrupt landing inside a ctypes callback (numba compiling) is swallowed
+    # there and surfaces as another error; once SIGINT was taken, that is a Ctrl-C.
+    from helm_plan_cli._interrupt import SIGNALLED
+    from helm_plan_cli.app import app
+    from typer.testing import CliRunner
+
+    missing = str(tmp_path / "missing.parquet")
+    plain = CliRunner().invoke(app, ["inspect", missing])
+    assert plain.exit_code not in (0, 130)
+    SIGNALLED.set()
+    try:
+        res = CliRunner().invoke(app, ["inspect", missing])
+    finally:
+        SIGNALLED.clear()
+    assert res.exit_code == 130
+    assert "interrupted; finished outputs are kept, rerun to resume" in res.output
