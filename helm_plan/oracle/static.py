@@ -157,11 +157,6 @@ class BackgroundStatic:
 
         self._job = background(executor, search, "best static")
 
-    @property
-    def running(self) -> bool:
-        """False when the executor had no worker to lend (nothing was started)."""
-        return self._job is not None
-
     def result(self, executor: Executor | None) -> tuple[BestStatic, StaticRuns]:
         """Wait for the search; later runs of the memo use ``executor`` in full."""
         if self._job is None:
