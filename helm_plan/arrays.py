@@ -11,12 +11,15 @@ drawn from (:func:`helm_plan.cache._kernels.draw_candidate`).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from helm_plan import trace
+from helm_plan._densify import BATCH_ROWS, densify, table_batches
 from helm_plan.config import require_positive
 from helm_plan.errors import ConfigError
 
@@ -84,78 +87,56 @@ def from_table(
     global interaction stream **before** the request, which samples items in
     proportion to their recent frequency and never looks ahead.
     """
+    _check_window(candidate_window_tokens)
+    return TraceArrays(
+        **densify(
+            table_batches(table),
+            has_candidates="candidates" in table.column_names,
+            has_latency="latency_ms" in table.column_names,
+        ),
+        candidate_seed=int(seed),
+        candidate_window_tokens=int(candidate_window_tokens),
+    )
+
+
+def from_file(
+    path: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    candidate_window_tokens: int = 100_000,
+    batch_rows: int = BATCH_ROWS,
+) -> TraceArrays:
+    """Read, validate and densify a trace file batch by batch.
+
+    The same arrays as ``from_table(trace.read(path))`` (timestamps rebased the
+    same way), but the file is streamed twice instead of held: peak memory is the
+    arrays themselves (8 bytes per history token, about 50 per request) plus one
+    batch, where reading the table first costs its Arrow copy as well.
+    """
+    _check_window(candidate_window_tokens)
+    names = trace.column_names(path)
+    lists = [c for c in ("new_items", "candidates") if c in names]
+    passes = iter(range(2))
+
+    def batches() -> Iterator[pa.Table]:
+        # pass 1 validates every column; pass 2 re-reads only the id lists it maps
+        if next(passes) == 0:
+            return trace.iter_batches(path, batch_rows=batch_rows)
+        return trace.iter_batches(path, columns=lists, batch_rows=batch_rows, check=False)
+
+    return TraceArrays(
+        **densify(batches, has_candidates="candidates" in names, has_latency="latency_ms" in names),
+        candidate_seed=int(seed),
+        candidate_window_tokens=int(candidate_window_tokens),
+    )
+
+
+def _check_window(candidate_window_tokens: int) -> None:
     if candidate_window_tokens <= 0:
         raise ConfigError(
             f"candidate_window_tokens must be positive, got {candidate_window_tokens}",
             hint="set candidate_window_tokens > 0",
         )
-    n = table.num_rows
-    ts = table.column("ts_s").to_numpy().astype(np.float64, copy=False)
-    raw_user = table.column("user_id").to_numpy()
-    ni = table.column("new_items").combine_chunks()
-    ni_off = ni.offsets.to_numpy().astype(np.int64)
-    ni_off = ni_off - ni_off[0]
-    ni_vals = pc.list_flatten(ni).to_numpy().astype(np.int64, copy=False)
-    n_new = np.diff(ni_off).astype(np.int32)
-    ncand = table.column("n_candidates").to_numpy().astype(np.int64)
-
-    has_cands = "candidates" in table.column_names
-    if has_cands:
-        ca = table.column("candidates").combine_chunks()
-        c_vals_raw = pc.list_flatten(ca).to_numpy().astype(np.int64, copy=False)
-    else:
-        c_vals_raw = np.zeros(0, np.int64)
-
-    item_ids, inv = np.unique(np.concatenate([ni_vals, c_vals_raw]), return_inverse=True)
-    dense_tokens = inv[: len(ni_vals)].astype(np.int32)
-    user_ids, user = np.unique(raw_user, return_inverse=True)
-    user = user.astype(np.int32)
-    n_users = len(user_ids)
-
-    # Per-user contiguous histories: stable sort of tokens by their request's user.
-    tok_user = np.repeat(user, n_new)
-    order = np.argsort(tok_user, kind="stable")
-    hist_values = dense_tokens[order]
-    per_user_tokens = np.bincount(tok_user, minlength=n_users).astype(np.int64)
-    user_hist_offsets = np.zeros(n_users + 1, np.int64)
-    np.cumsum(per_user_tokens, out=user_hist_offsets[1:])
-    # hist_end[i] = cumulative new items of request i's user up to and including i.
-    req_order = np.argsort(user, kind="stable")
-    cs = np.cumsum(n_new[req_order].astype(np.int64))
-    first = np.searchsorted(user[req_order], np.arange(n_users))
-    base = np.where(first > 0, cs[np.maximum(first - 1, 0)], 0)
-    hist_end = np.empty(n, np.int64)
-    hist_end[req_order] = cs - base[user[req_order]]
-
-    if has_cands:
-        cand_offsets = np.zeros(n + 1, np.int64)
-        np.cumsum(ncand, out=cand_offsets[1:])
-        cand_values = inv[len(ni_vals) :].astype(np.int32)
-    else:
-        cand_offsets, cand_values = np.zeros(1, np.int64), np.zeros(0, np.int32)
-
-    lat = table.column("latency_ms").to_numpy() if "latency_ms" in table.column_names else None
-    return TraceArrays(
-        ts_s=ts,
-        user=user,
-        n_new=n_new,
-        hist_end=hist_end,
-        user_hist_offsets=user_hist_offsets,
-        hist_values=hist_values,
-        tok_off=ni_off,
-        tok_stream=dense_tokens,
-        n_cand=ncand,
-        explicit_candidates=has_cands,
-        cand_offsets=cand_offsets,
-        cand_values=cand_values,
-        n_users=n_users,
-        n_items=len(item_ids),
-        user_ids=user_ids,
-        item_ids=item_ids,
-        candidate_seed=int(seed),
-        candidate_window_tokens=int(candidate_window_tokens),
-        latency_ms=lat,
-    )
 
 
 def max_windows(n_requests: int) -> int:

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -226,7 +227,7 @@ def _first_true(mask: pa.ChunkedArray | pa.Array) -> int:
     return int(np.argmax(arr))
 
 
-def _open(p: Path) -> pq.ParquetFile:
+def _open(p: Path, *, stream: bool = False) -> pq.ParquetFile:
     if not p.exists():
         raise TraceError(
             f"trace file {p} not found", hint="check the path, or create one with `helm-plan synth`"
@@ -234,6 +235,10 @@ def _open(p: Path) -> pq.ParquetFile:
     if p.is_dir():
         raise TraceError(f"trace path {p} is a folder", hint="pass the trace's .parquet file")
     try:
+        if stream:
+            # unbuffered, a reader loads a whole column chunk (a row group's hundreds of MiB
+            # of tokens) before the first batch; buffered, memory follows the batch
+            return pq.ParquetFile(p, pre_buffer=False, buffer_size=1 << 20)
         return pq.ParquetFile(p)
     except (pa.ArrowInvalid, OSError) as e:
         raise TraceError(
@@ -295,6 +300,56 @@ def ts_offset(table: pa.Table) -> float:
     return float(raw) if raw else 0.0
 
 
+def iter_batches(
+    path: str | os.PathLike[str],
+    *,
+    columns: list[str] | None = None,
+    batch_rows: int = 1 << 16,
+    check: bool = True,
+) -> Iterator[pa.Table]:
+    """Stream a trace file in batches of ``batch_rows`` rows (memory bounded by a batch).
+
+    With ``check`` each batch is validated (:func:`validate`, row numbers and the
+    sort order carried across batches), cast to the canonical types and rebased
+    like :func:`read` (a :class:`~helm_plan.errors.HelmPlanNote` states the offset
+    once). Without it the batches come as stored: for a second pass over columns
+    a checked pass has already read.
+    """
+    p = Path(path)
+    pf = _open(p, stream=True)
+    rows, last, offset = 0, None, 0.0
+    try:
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+            if batch.num_rows == 0:
+                continue
+            t = pa.Table.from_batches([batch])
+            if check:
+                t = validate(t, source=str(p), row_offset=rows, prev_ts_s=last)
+                ts = t.column("ts_s")
+                if rows == 0:
+                    offset = rebase_offset(ts[0].as_py())
+                    _note_rebase(str(p), offset)
+                last = ts[len(ts) - 1].as_py()
+                if offset:
+                    t = t.set_column(
+                        t.column_names.index("ts_s"), "ts_s", pc.subtract(ts, offset)
+                    ).replace_schema_metadata({TS_OFFSET_KEY: repr(offset).encode()})
+            rows += batch.num_rows
+            yield t
+    except (pa.ArrowInvalid, OSError) as e:
+        raise TraceError(
+            f"cannot read {p} as parquet: {e}",
+            hint="convert CSV or JSON logs with `helm-plan ingest`",
+        ) from e
+    if rows == 0 and check:
+        validate(pf.schema_arrow.empty_table(), source=str(p))  # names the missing column, or empty
+
+
+def column_names(path: str | os.PathLike[str]) -> list[str]:
+    """The columns a trace file holds (read from its footer)."""
+    return list(_open(Path(path)).schema_arrow.names)
+
+
 @dataclass(frozen=True)
 class FileCheck:
     """What :func:`validate_file` learnt while streaming a trace file."""
@@ -307,30 +362,10 @@ class FileCheck:
 
 def validate_file(path: str | os.PathLike[str], *, batch_rows: int = 1 << 20) -> FileCheck:
     """Validate a trace file with :func:`validate`, batch by batch (memory bounded by a batch)."""
-    p = Path(path)
-    pf = _open(p)
-    rows = 0
-    first = last = None
-    try:
-        for batch in pf.iter_batches(batch_size=batch_rows):
-            if batch.num_rows == 0:
-                continue
-            t = validate(
-                pa.Table.from_batches([batch]), source=str(p), row_offset=rows, prev_ts_s=last
-            )
-            ts = t.column("ts_s")
-            first = ts[0].as_py() if first is None else first
-            last = ts[len(ts) - 1].as_py()
-            rows += batch.num_rows
-    except (pa.ArrowInvalid, OSError) as e:
-        raise TraceError(
-            f"cannot read {p} as parquet: {e}",
-            hint="convert CSV or JSON logs with `helm-plan ingest`",
-        ) from e
-    if rows == 0:
-        validate(pf.schema_arrow.empty_table(), source=str(p))  # names the missing column, or empty
-    offset = rebase_offset(first if first is not None else 0.0)
-    _note_rebase(str(p), offset)
+    rows, offset = 0, 0.0
+    for t in iter_batches(path, batch_rows=batch_rows):
+        offset = offset if rows else ts_offset(t)
+        rows += t.num_rows
     return FileCheck(rows=rows, ts_offset_s=offset)
 
 

@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from helm_plan import trace as trace_io
-from helm_plan.arrays import TraceArrays, from_table, window_edges
+from helm_plan.arrays import TraceArrays, from_file, from_table, window_edges
 from helm_plan.cache.core import Workload
 from helm_plan.cache.footprint import final_context, footprint
 from helm_plan.latency.model import LatencyModel, build_latency_model, resolve_latency
@@ -132,8 +131,11 @@ def load_context(
     m = load_model(model)
     lat_prof = resolve_latency(g, m, latency)
     lat = build_latency_model(g, m, lat_prof)
-    table = trace if isinstance(trace, pa.Table) else trace_io.read(trace)
-    arrays = from_table(table, seed=seed)
+    # a file is streamed into the dense arrays, never held as an Arrow table as well
+    if isinstance(trace, pa.Table):
+        arrays = from_table(trace, seed=seed)
+    else:
+        arrays = from_file(trace, seed=seed)
     return prepare_context(
         arrays, g, m, lat, pool_bytes=pool_bytes, pool_fraction=pool_fraction,
         latency_profile=lat_prof,
