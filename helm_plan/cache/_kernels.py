@@ -2,9 +2,10 @@
 
 KV is a doubly linked LRU list over users (``prev``/``next``, -1 for none).
 EMB is a log-structured LRU over dense (table, row) keys with a byte
-capacity: ``last[key]`` is the clock of the key's latest access (-1: not
-resident) and the queue ``(qi, qt)`` logs every access; the LRU entry is the
-first queue entry still current (``last[qi] == qt``).
+capacity: the queue ``qi`` logs every access by key, ``last[key]`` is the log
+position of the key's latest access (-1: not resident), and the LRU entry is
+the first log entry still current (``last[qi[p]] == p``). Positions stay
+below the log's length, so ``last`` is int32 and no per-entry clock is kept.
 
 Implicit candidates are drawn here, request by request, from the global
 interaction stream up to the request (its own new items are interactions
@@ -89,34 +90,34 @@ def push_head(prev, nxt, meta, i):
 
 
 @nb.njit(cache=True)
-def _log_compact(last, qi, qt, qh, qtl):
+def _log_compact(last, qi, qh, qtl):
     """Drop stale log entries, keeping the current ones in order; returns the new tail."""
     w = 0
     for k in range(qh, qtl):
         j = qi[k]
-        if last[j] == qt[k]:
+        if last[j] == k:
             qi[w] = j
-            qt[w] = qt[k]
+            last[j] = w
             w += 1
     return w
 
 
 @nb.njit(cache=True, inline="always")
-def _log_append(last, qi, qt, qh, qtl, clk, it):
+def _log_append(last, qi, qh, qtl, clk, it):
+    # clk counts appends (a statistic in the meta row); currency is by position
     if qtl == qi.shape[0]:
-        qtl = _log_compact(last, qi, qt, qh, qtl)
+        qtl = _log_compact(last, qi, qh, qtl)
         qh = 0
     clk += 1
     qi[qtl] = it
-    qt[qtl] = clk
-    last[it] = clk
+    last[it] = qtl
     return qh, qtl + 1, clk
 
 
 @nb.njit(cache=True, inline="always")
-def _log_evict_lru(last, qi, qt, qh):
+def _log_evict_lru(last, qi, qh):
     """Evict the LRU entry; returns (new queue head, evicted key)."""
-    while last[qi[qh]] != qt[qh]:
+    while last[qi[qh]] != qh:
         qh += 1
     k = qi[qh]
     last[k] = -1
@@ -124,17 +125,17 @@ def _log_evict_lru(last, qi, qt, qh):
 
 
 @nb.njit(cache=True)
-def emb_compact(last, qi, qt, meta):
-    meta[QT] = _log_compact(last, qi, qt, meta[QH], meta[QT])
+def emb_compact(last, qi, meta):
+    meta[QT] = _log_compact(last, qi, meta[QH], meta[QT])
     meta[QH] = 0
 
 
 @nb.njit(cache=True)
-def emb_shrink(last, qi, qt, meta, key_bytes):
+def emb_shrink(last, qi, meta, key_bytes):
     """Evict LRU entries until the bytes used fit the capacity; returns the entries evicted."""
     ev = 0
     while meta[USED] > meta[CAP]:
-        qh, k = _log_evict_lru(last, qi, qt, meta[QH])
+        qh, k = _log_evict_lru(last, qi, meta[QH])
         meta[QH] = qh
         meta[USED] -= key_bytes[k]
         ev += 1
@@ -142,11 +143,11 @@ def emb_shrink(last, qi, qt, meta, key_bytes):
 
 
 @nb.njit(cache=True)
-def emb_order(last, qi, qt, meta):
+def emb_order(last, qi, meta):
     out = np.empty(meta[QT] - meta[QH], np.int64)
     k = 0
     for p in range(meta[QT] - 1, meta[QH] - 1, -1):
-        if last[qi[p]] == qt[p]:
+        if last[qi[p]] == p:
             out[k] = qi[p]
             k += 1
     return out[:k]
@@ -211,7 +212,7 @@ def kv_admit(full, s0, max_seq_len):
 def serve_request(
     i, user, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit,
     seed, window, max_seq_len, chunk, item_keys, hist_tab, cand_tab, key_bytes, table_bytes,
-    e_last, e_qi, e_qt, k_prev, k_next, k_len, k_start, k_meta,
+    e_last, e_qi, k_prev, k_next, k_len, k_start, k_meta,
     qh, qtl, used, cap, clk, counts, direct,
 ):  # fmt: skip
     """One request through one node's caches (the per-request body every replay shares).
@@ -258,28 +259,28 @@ def serve_request(
             if count:
                 counts[key] += 1.0
             if e_last[key] >= 0:  # hit: move to MRU by appending to the log
-                qh, qtl, clk = _log_append(e_last, e_qi, e_qt, qh, qtl, clk, key)
+                qh, qtl, clk = _log_append(e_last, e_qi, qh, qtl, clk, key)
                 continue
             miss += 1  # miss: copy in, evicting LRU entries until it fits
             miss_b += kb
             if kb <= cap:
                 while used + kb > cap:
-                    qh, ev = _log_evict_lru(e_last, e_qi, e_qt, qh)
+                    qh, ev = _log_evict_lru(e_last, e_qi, qh)
                     used -= key_bytes[ev]
-                qh, qtl, clk = _log_append(e_last, e_qi, e_qt, qh, qtl, clk, key)
+                qh, qtl, clk = _log_append(e_last, e_qi, qh, qtl, clk, key)
                 used += kb
     return qh, qtl, used, clk, n, c, L, m_c, look_b, miss_b, miss
 
 
 @nb.njit(cache=True)
-def land_prefetch(t, pf, pf_keys, pf_t, key_bytes, e_last, e_qi, e_qt, qh, qtl, used, cap, clk):
+def land_prefetch(t, pf, pf_keys, pf_t, key_bytes, e_last, e_qi, qh, qtl, used, cap, clk):
     """Insert the prefetched keys whose copy landed by ``t`` into free space (never evicting)."""
     done = 0
     while pf < pf_keys.shape[0] and pf_t[pf] <= t:
         r = pf_keys[pf]
         pf += 1
         if e_last[r] < 0 and used + key_bytes[r] <= cap:
-            qh, qtl, clk = _log_append(e_last, e_qi, e_qt, qh, qtl, clk, r)
+            qh, qtl, clk = _log_append(e_last, e_qi, qh, qtl, clk, r)
             used += key_bytes[r]
             done += 1
     return pf, done, qh, qtl, used, clk
@@ -290,7 +291,7 @@ def replay(
     ts, user, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit,
     seed, window, start, stop, max_seq_len, chunk,
     item_keys, hist_tab, cand_tab, key_bytes, table_bytes,
-    e_last, e_qi, e_qt, e_meta, k_prev, k_next, k_len, k_start, k_meta,
+    e_last, e_qi, e_meta, k_prev, k_next, k_len, k_start, k_meta,
     pf_keys, pf_t, counts, direct, out,
 ):  # fmt: skip
     qh, qtl, used, cap, clk = e_meta[QH], e_meta[QT], e_meta[USED], e_meta[CAP], e_meta[CLK]
@@ -298,13 +299,13 @@ def replay(
     pf_done = 0
     for i in range(start, stop):
         pf, d, qh, qtl, used, clk = land_prefetch(
-            ts[i], pf, pf_keys, pf_t, key_bytes, e_last, e_qi, e_qt, qh, qtl, used, cap, clk
+            ts[i], pf, pf_keys, pf_t, key_bytes, e_last, e_qi, qh, qtl, used, cap, clk
         )
         pf_done += d
         qh, qtl, used, clk, n, c, L, m_c, look_b, miss_b, miss = serve_request(
             i, user, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit,
             seed, window, max_seq_len, chunk, item_keys, hist_tab, cand_tab, key_bytes,
-            table_bytes, e_last, e_qi, e_qt, k_prev, k_next, k_len, k_start, k_meta,
+            table_bytes, e_last, e_qi, k_prev, k_next, k_len, k_start, k_meta,
             qh, qtl, used, cap, clk, counts, direct,
         )  # fmt: skip
         j = i - start

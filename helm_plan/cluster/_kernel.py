@@ -181,7 +181,7 @@ def run_window(
     ts, user, user_ids, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit,
     seed, window, max_seq_len, chunk, item_keys, hist_tab, cand_tab, key_bytes, table_bytes,
     direct, tok_b, cand_b,
-    e_last, e_qi, e_qt, e_meta, k_prev, k_next, k_len, k_start, k_meta, counts,
+    e_last, e_qi, e_meta, k_prev, k_next, k_len, k_start, k_meta, counts,
     pf_keys, pf_t, pf_pos, pf_hi, share,
     c, bmax, timeout, greedy, free,
     code, rp, rstate, ring_h, ring_n, rseed, bs,
@@ -234,13 +234,13 @@ def run_window(
         el = e_last[n]
         hi = pf_hi[n]
         pf, _, qh, qtl, used, clk = land_prefetch(t, pf_pos[n], pf_keys[:hi], pf_t[:hi],
-                                                  key_bytes, el, e_qi[n], e_qt[n], qh, qtl,
+                                                  key_bytes, el, e_qi[n], qh, qtl,
                                                   used, cap, clk)  # fmt: skip
         pf_pos[n] = pf
         qh, qtl, used, clk, nc, cr, lr, mc, lb, mb, ms = serve_request(
             i, user, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit,
             seed, window, max_seq_len, chunk, item_keys, hist_tab, cand_tab, key_bytes,
-            table_bytes, el, e_qi[n], e_qt[n], k_prev[:, n], k_next[:, n], k_len[:, n], k_start[:, n],
+            table_bytes, el, e_qi[n], k_prev[:, n], k_next[:, n], k_len[:, n], k_start[:, n],
             k_meta[n], qh, qtl, used, cap, clk, counts[n], direct,
         )  # fmt: skip
         e_meta[n, QH], e_meta[n, QT], e_meta[n, USED], e_meta[n, CLK] = qh, qtl, used, clk

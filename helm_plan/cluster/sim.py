@@ -117,7 +117,7 @@ def simulate_cluster(
             keys.item_keys, keys.hist_tables, keys.cand_tables, keys.key_bytes, keys.table_bytes,
             wl.direct_bytes,
             model.token_lookup_bytes, model.candidate_lookup_bytes,
-            st.e_last, st.e_qi, st.e_qt, st.e_meta, st.k_prev, st.k_next, st.k_len, st.k_start,
+            st.e_last, st.e_qi, st.e_meta, st.k_prev, st.k_next, st.k_len, st.k_start,
             st.k_meta, st.counts, pf_keys, pf_t, pf_pos, pf_hi, share,
             ctx.latency.coeffs, ncfg.batch_max, ncfg.batch_timeout_ms / 1e3,
             ncfg.batching == "continuous", st.free,

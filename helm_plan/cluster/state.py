@@ -5,7 +5,7 @@ Layout (one column or row per node, so one kernel serves any node):
 - EMB residency ``e_last`` is nodes × keys, one contiguous row per node
   (measured: 10-20% less CPU than keys × nodes on a 32-node run, although
   the router's cross-node check of a key then reads N lines);
-- the EMB access logs ``e_qi``/``e_qt`` are nodes × log slots, sized up front
+- the EMB access logs ``e_qi`` are nodes × log slots, sized up front
   for the largest capacity a node can get (the whole pool), so
   ``CacheState.resize`` never reallocates them and the views stay valid;
 - the KV lists and the KV directory ``k_prev``/``k_next``/``k_len``/``k_start``
@@ -25,11 +25,10 @@ from __future__ import annotations
 import numpy as np
 
 from helm_plan.cache import _kernels as K
-from helm_plan.cache.core import CacheState
+from helm_plan.cache.core import CacheState, log_slots
 from helm_plan.cluster._route import N_LOAD
 from helm_plan.errors import HelmPlanError
 
-_LOG_SLACK = 1024
 _BUG = "a bug in the cluster simulator; rerun with --debug and report the traceback"
 
 
@@ -42,10 +41,7 @@ class InternalError(HelmPlanError):
 def log_size(pool_bytes: int, key_bytes: np.ndarray) -> int:
     """EMB log slots for the whole pool as EMB: at most min(keys, pool / smallest key) entries
     are current, so twice that keeps compaction amortised O(1) (as ``CacheState`` sizes it)."""
-    if len(key_bytes) == 0:
-        return _LOG_SLACK
-    most = min(len(key_bytes), pool_bytes // max(int(key_bytes.min()), 1))
-    return 2 * int(most) + _LOG_SLACK
+    return log_slots(pool_bytes, key_bytes)
 
 
 class ClusterState:
@@ -58,9 +54,8 @@ class ClusterState:
         kb = np.ascontiguousarray(key_bytes, np.int64)
         nk, q, nn = len(kb), log_size(pool_bytes, kb), n_nodes
         self.key_bytes = kb
-        self.e_last = np.full((nn, nk), -1, np.int64)
+        self.e_last = np.full((nn, nk), -1, np.int32)
         self.e_qi = np.zeros((nn, q), np.int32)
-        self.e_qt = np.zeros((nn, q), np.int64)
         self.e_meta = np.zeros((nn, 5), np.int64)
         self.k_prev = np.full((n_users, nn), -1, np.int32)
         self.k_next = np.full((n_users, nn), -1, np.int32)
@@ -104,8 +99,7 @@ class ClusterState:
     def view(self, n: int) -> CacheState:
         """Node ``n``'s caches as views into the stacked arrays."""
         return CacheState(
-            emb_last=self.e_last[n], emb_qi=self.e_qi[n], emb_qt=self.e_qt[n],
-            emb_meta=self.e_meta[n], kv_prev=self.k_prev[:, n], kv_next=self.k_next[:, n],
+            emb_last=self.e_last[n], emb_qi=self.e_qi[n], emb_meta=self.e_meta[n], kv_prev=self.k_prev[:, n], kv_next=self.k_next[:, n],
             kv_len=self.k_len[:, n], kv_start=self.k_start[:, n], kv_meta=self.k_meta[n],
             key_bytes=self.key_bytes,
         )  # fmt: skip
@@ -118,7 +112,6 @@ class ClusterState:
             raise InternalError(f"EMB log of {q} entries exceeds the stacked log", hint=_BUG)
         v.emb_last[:] = st.emb_last
         v.emb_qi[:q] = st.emb_qi[:q]
-        v.emb_qt[:q] = st.emb_qt[:q]
         v.emb_meta[:] = st.emb_meta
         for a, b in ((v.kv_prev, st.kv_prev), (v.kv_next, st.kv_next), (v.kv_len, st.kv_len),
                      (v.kv_start, st.kv_start), (v.kv_meta, st.kv_meta)):  # fmt: skip

@@ -215,6 +215,29 @@ def test_split_replay_equals_whole_and_copy_is_independent():
     assert snap.key_bytes is part.key_bytes  # shared, never copied
 
 
+def test_emb_log_positions_point_at_their_own_entries_after_compactions():
+    """``emb_last[k]`` is the log position of k's latest access: inside [head, tail), holding k,
+    and k appears nowhere later in the log (checked after a replay long enough to compact)."""
+    m = model(MULTI, chunk=4)
+    a = A.from_table(small_table(900, n_users=30, n_items=200))
+    wl = core.Workload.of(a, m)
+    st = core.CacheState.empty(wl.keys.key_bytes, a.n_users, 500, 150)
+    core.replay(wl, st)
+    assert st.emb_meta[4] > len(st.emb_qi)  # more appends than log slots: it compacted
+    head, tail = int(st.emb_meta[K.QH]), int(st.emb_meta[K.QT])
+    log = st.emb_qi[:tail]
+    for k in np.flatnonzero(st.emb_last >= 0):
+        p = int(st.emb_last[k])
+        assert head <= p < tail and log[p] == k and k not in log[p + 1 :]
+    assert st.emb_last.dtype == np.int32
+
+
+def test_a_log_past_int32_positions_is_refused():
+    assert core._bounded_log(2**31 - 1) == 2**31 - 1
+    with pytest.raises(ConfigError, match="more than int32 positions address"):
+        core._bounded_log(2**31)
+
+
 def test_kv_chunked_slide_hand_worked():
     # S = 10, C = 4. H: 6 -> 9 -> 11 -> 13 -> 15. s0: 0, 0, 4, 4, 8; L: 6, 9, 7, 9, 7.
     # headroom s0 + S - H: -, -, 3, 1, 3 -> all admitted; reuse needs an unchanged start.

@@ -38,9 +38,8 @@ def _state(counts: bool = True) -> ClusterState:
 
 FIELDS = {
     # name: (shape, dtype, cold value)
-    "e_last": ((3, 4), np.int64, -1),
+    "e_last": ((3, 4), np.int32, -1),
     "e_qi": ((3, 2 * 2 + 1024), np.int32, 0),
-    "e_qt": ((3, 2 * 2 + 1024), np.int64, 0),
     "e_meta": ((3, 5), np.int64, 0),
     "k_prev": ((5, 3), np.int32, -1),
     "k_next": ((5, 3), np.int32, -1),
@@ -95,9 +94,9 @@ def test_view_is_node_n_columns():
     s = _state()
     v = s.view(1)
     v.emb_last[2] = 7
-    v.emb_qi[0], v.emb_qt[0], v.emb_meta[3] = 3, 9, 11
+    v.emb_qi[0], v.emb_meta[3] = 3, 11
     v.kv_prev[4], v.kv_next[4], v.kv_len[4], v.kv_start[4], v.kv_meta[1] = 1, 2, 3, 4, 5
-    assert s.e_last[1, 2] == 7 and s.e_qi[1, 0] == 3 and s.e_qt[1, 0] == 9
+    assert s.e_last[1, 2] == 7 and s.e_qi[1, 0] == 3
     assert s.e_meta[1, 3] == 11
     assert (s.k_prev[4, 1], s.k_next[4, 1], s.k_len[4, 1], s.k_start[4, 1]) == (1, 2, 3, 4)
     assert s.k_meta[1, 1] == 5
@@ -113,7 +112,6 @@ def test_load_from_copies_a_fresh_cache():
     q = 3
     st.emb_meta[1] = q  # QT: three log entries
     st.emb_qi[:4] = [0, 2, 0, 1]
-    st.emb_qt[:4] = [1, 2, 5, 9]
     st.kv_prev[:] = [1, 2, 3, 4, -1]
     st.kv_next[:] = [-1, 0, 1, 2, 3]
     st.kv_len[:] = [10, 20, -1, 30, 40]
@@ -122,7 +120,6 @@ def test_load_from_copies_a_fresh_cache():
     v = s.load_from(2, st, counts)
     assert s.e_last[2].tolist() == [5, -1, 6, -1]
     assert s.e_qi[2, :4].tolist() == [0, 2, 0, 0]  # only the first QT entries are copied
-    assert s.e_qt[2, :4].tolist() == [1, 2, 5, 0]
     assert s.e_meta[2].tolist() == [0, 3, 0, 16, 0]
     assert s.k_prev[:, 2].tolist() == [1, 2, 3, 4, -1]
     assert s.k_next[:, 2].tolist() == [-1, 0, 1, 2, 3]
@@ -142,7 +139,6 @@ def test_load_from_log_bound():
     st = CacheState.empty(np.array([8, 16, 32, 64]), 5, 16, 100)
     n = s.e_qi.shape[1]
     st.emb_qi = np.zeros(n + 1, np.int32)
-    st.emb_qt = np.zeros(n + 1, np.int64)
     st.emb_meta[1] = n  # exactly the stacked log: fine
     s.load_from(0, st, None)
     st.emb_meta[1] = n + 1
