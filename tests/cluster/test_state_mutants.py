@@ -156,3 +156,18 @@ def test_check_views_catches_a_reallocation(field):
     with pytest.raises(InternalError, match="node 1's caches left the stacked arrays") as e:
         s.check_views(1, v)
     assert "rerun with --debug" in e.value.hint
+
+
+def test_log_size_of_one_key():
+    # one key of 40 B: a pool of 100 B holds it (min(1, 100 // 40) = 1), one of 39 B does not
+    assert log_size(100, np.array([40], np.int64)) == 2 * 1 + 1024
+    assert log_size(39, np.array([40], np.int64)) == 1024
+
+
+def test_key_bytes_are_stored_as_contiguous_int64():
+    kb = np.array([8, 0, 16, 0, 32, 0, 64, 0], np.int32)[::2]  # int32, strided
+    s = ClusterState(3, 2, kb, 5, 6, 16, True)
+    assert s.key_bytes.dtype == np.int64 and s.key_bytes.flags.c_contiguous
+    assert s.key_bytes.tolist() == [8, 16, 32, 64]
+    assert s.e_last.shape == (3, 4) and s.counts.shape == (3, 4)
+    assert s.e_qi.shape == (3, 2 * 2 + 1024)
