@@ -45,6 +45,7 @@ import numpy as np
 from helm_plan import trace
 from helm_plan.cluster import ClusterConfig, simulate_cluster
 from helm_plan.cluster.compare import router_ci
+from helm_plan.errors import ProfileError
 from helm_plan.sim import NodeConfig, load_context, simulate_node
 from helm_plan.synth import SynthConfig, synthesize
 
@@ -88,6 +89,30 @@ def child(path: str, what: str, refill: str) -> None:
     else:
         simulate_node(ctx, R, ncfg)
     print(json.dumps({"loaded_mib": loaded, "peak_mib": peak()}))
+
+
+def load_capped(path: Path):  # noqa: ANN201
+    """Pool = 25% of the footprint, capped at what the GPU leaves for caches: the 10M trace's
+    quarter (687 GiB) exceeds an A100, so it runs with the largest pool the GPU has."""
+    from helm_plan.arrays import from_file
+    from helm_plan.latency.model import build_latency_model, resolve_latency
+    from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL, load_gpu, load_model
+    from helm_plan.sim.context import prepare_context
+
+    g, m = load_gpu(DEFAULT_GPU), load_model(DEFAULT_MODEL)
+    lp = resolve_latency(g, m, None)
+    lat = build_latency_model(g, m, lp)
+    arrays = from_file(path)
+    try:
+        return prepare_context(arrays, g, m, lat, pool_fraction=0.25, latency_profile=lp)
+    except ProfileError:
+        ctx = prepare_context(arrays, g, m, lat, latency_profile=lp)
+        print(
+            f"  pool capped at the GPU's {ctx.pool_bytes / 2**30:.2f} GiB "
+            f"({ctx.pool_bytes / ctx.footprint_bytes:.3f} of the footprint)",
+            flush=True,
+        )
+        return ctx
 
 
 def peak_mib(path: Path, what: str, refill: str) -> tuple[float, float]:
@@ -141,7 +166,7 @@ def main() -> None:
     simulate_node(warm, R, NodeConfig(window_s=1e6))
     per_req: dict[int, tuple[float, float]] = {}
     for n, p in paths.items():
-        ctx = load_context(p, pool_fraction=0.25)
+        ctx = load_capped(p)
         c_node = c_clu = np.inf
         with_node = n <= args.node_max
         for _ in range(args.repeat):  # interleaved, so both see the same machine load
