@@ -103,6 +103,10 @@ def test_replicate_nodes_exact_share_passes():
     # every request within at need 1 passes
     full = {1: ([100], [100], 0.0)}
     assert R._replicate_nodes(_combo(full), np.ones((1, 1)), 1.0).tolist() == [1]
+    # the tolerance is inclusive: a shortfall of exactly 1e-9 request still passes
+    tiny = {1: ([1], [0], 0.0), 2: ([1], [1], 0.0)}
+    assert R._replicate_nodes(_combo(tiny), np.ones((1, 1)), 1e-9).tolist() == [1]
+    assert R._replicate_nodes(_combo(tiny), np.ones((1, 1)), 2e-9).tolist() == [2]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -176,16 +180,29 @@ def _mixed():
     return a, b
 
 
+def _masked():
+    """Window 1 holds a single request (a's, at one size), window 2 requests that no size ever
+    serves within the SLO, window 3 nothing: only window 3 is never drawn."""
+    a = _combo({1: ([10, 1, 4, 0, 10], [10, 0, 0, 0, 5], 0.0),
+                2: ([10, 0, 4, 0, 10], [10, 0, 0, 0, 10], 0.0),
+                3: ([10, 0, 4, 0, 10], [10, 0, 0, 0, 10], 0.0)})  # fmt: skip
+    b = _combo({2: ([10, 0, 4, 0, 10], [5, 0, 0, 0, 10], 0.0),
+                4: ([10, 0, 4, 0, 10], [10, 0, 0, 0, 10], 0.0)})  # fmt: skip
+    return a, b
+
+
 @pytest.mark.parametrize(
     "kw",
     [{}, {"seed": 3, "n_boot": 60, "ci_level": 0.5}, {"attainment": 0.5, "ci_level": 0.8},
      {"attainment": 1.0, "seed": 11}],
 )  # fmt: skip
-def test_nodes_saved_ci_brute_force(kw):
-    a, b = _mixed()
+@pytest.mark.parametrize("pair", [_mixed, _masked])
+def test_nodes_saved_ci_brute_force(kw, pair):
+    a, b = pair()
+    n_w = len(next(iter(a.counts.values()))[0])
     cfg = _cfg(**kw)
-    got = R.nodes_saved_ci(a, b, cfg, 6)
-    assert got == pytest.approx(_brute_ci(a, b, cfg, 6))
+    got = R.nodes_saved_ci(a, b, cfg, n_w)
+    assert got == pytest.approx(_brute_ci(a, b, cfg, n_w))
     assert got[0] <= got[1]
 
 
@@ -389,6 +406,22 @@ def test_build_result_savings_by_hand():
                                                       (8.0, 8.0)]  # fmt: skip
     assert math.isnan(rows[4]["lo"]) and math.isnan(rows[4]["hi"])
     assert (rows[5]["lo"], rows[5]["hi"]) == (0.0, 0.0)
+
+
+def test_build_result_types_columns_from_every_row():
+    # 101 rows without a passing size before the one that has one: the capacity table's
+    # columns take their types from every row, not the first hundred
+    cfg = PlanConfig(gpus=("g0",), routers=("jsq",), n_boot=10)
+    none = [Combo(0, p, "jsq", Search(None, ()), {}) for p in
+            ["best-static", *(f"p{i}" for i in range(100))]]  # fmt: skip
+    last = Combo(0, "emb-max", "jsq", Search(2, _pts((2, True, 6.5, 0.96))), _counts(2, [2], {}))
+    curve = LoadCurve(pl.DataFrame({"policy": ["emb-max"], "qps": [1.0]}), {}, 1.0)
+    res = R.build_result(cfg, NodeConfig(window_s=2.0), Scaling("users", 1, 1, 1, 1, 1, 1, 1, 1),
+                         [_setup("g0", 2.0)], [_ctx(1, 1, N_W)], [curve], [*none, last], (),
+                         ())  # fmt: skip
+    assert res.capacity.height == 102 and res.capacity["p99_ms"][0] is None
+    row = res.capacity.row(101, named=True)
+    assert (row["nodes"], row["p99_ms"], row["usd_per_day"]) == (2, 6.5, 96.0)
 
 
 # ---- _savings --------------------------------------------------------------------------------

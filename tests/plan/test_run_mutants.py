@@ -284,8 +284,10 @@ def test_plan_hands_every_step_its_arguments(stubs):
 
 def test_plan_slo_max_nodes_and_no_load_curve(stubs):
     cfg = _plan_cfg(slo_ms=9.0, max_nodes=5, load_curve=False, policies=("emb-max", "kv-max"),
-                    routers=("jsq",))  # fmt: skip
+                    routers=("jsq",), pool_bytes=None, pool_fraction=0.25)  # fmt: skip
     run.plan("TABLE", cfg, setups=[_gs("g0", 2.0)])
+    (pc,) = [c for c in stubs.calls if c[0] == "prepare_context"]
+    assert pc[2]["pool_bytes"] is None and pc[2]["pool_fraction"] == 0.25
     ls, pols, factors, steps, ex, prog = stubs.lc[0]
     assert ls.node.slo_ms == 9.0
     assert factors == [4.0] and steps == 2  # the start factor alone, two bisections
