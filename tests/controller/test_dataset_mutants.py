@@ -179,14 +179,17 @@ def test_write_npz(tmp_path):
 def test_load_errors(tmp_path):
     with pytest.raises(InputFileError, match="label set .*missing.npz not found") as e:
         D.load(tmp_path / "missing.npz")
-    assert "--save-labels" in e.value.hint
+    make = "make one with `helm-plan train TRACE... --save-labels FILE`"
+    assert e.value.hint == make
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"not an npz")
-    with pytest.raises(InputFileError, match="cannot read .*bad.npz as a label set"):
+    with pytest.raises(InputFileError, match="cannot read .*bad.npz as a label set") as e:
         D.load(bad)
+    assert e.value.hint == make
     for arrays in ({"n": np.array(0)}, {"set_version": np.array("2"), "n": np.array(0)}):
         p = D.write_npz(tmp_path / "old.npz", arrays)
-        with pytest.raises(InputFileError, match="not a helm-plan label set of version 1"):
+        with pytest.raises(InputFileError, match="not a helm-plan label set of version 1") as e:
             D.load(p)
+        assert e.value.hint == "rebuild it with `helm-plan train TRACE... --save-labels FILE`"
     p = D.write_npz(tmp_path / "empty.npz", {"set_version": np.array("1"), "n": np.array(0)})
     assert D.load(p) == []

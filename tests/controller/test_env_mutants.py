@@ -121,16 +121,19 @@ def test_raw_from_labels_without_oracle_ratio():
 
 
 def test_label_env_checks_its_traces():
-    with pytest.raises(ConfigError, match="at least one label trace"):
+    with pytest.raises(ConfigError) as e:
         LabelEnv([])
+    assert str(e.value.args[0]) == "LabelEnv needs at least one label trace"
+    assert e.value.hint == "pass label traces"
     one = _trace("short-one", **{f: getattr(_trace(), f)[:1] for f in (
         "arrival", "grid_r", "grid_p99_ms", "grid_emb_hit", "grid_kv_reuse", "r_star",
         "p99_star_ms", "flat_lo", "flat_hi", "h2d_util_star", "ghost_emb", "ghost_kv",
         "ghost_lookup_bytes", "ghost_ctx_tokens")})  # fmt: skip
     two = _trace("two", **{f: getattr(_trace(), f)[:2] for f in (
         "r_star", "p99_star_ms")})  # fmt: skip
-    with pytest.raises(ConfigError, match="label trace short-one has fewer than 2 windows"):
+    with pytest.raises(ConfigError, match="label trace short-one has fewer than 2 windows") as e:
         LabelEnv([two, one])
+    assert e.value.hint == "use traces at least two windows long"
     env = LabelEnv([two])  # two windows are enough
     assert env.traces == [two] and env.reward_cfg == RewardConfig() and env.start_ratio is None
     assert env.action_space == gym.spaces.Discrete(9)
@@ -198,6 +201,19 @@ def test_label_env_violation_band_and_slo_edge(raw_obs):
     _, rew, _, _, info = env.step(8)  # clamped at 1
     assert info["ratio"] == 1.0
     assert rew == pytest.approx(-0.5 * 0.05 - 9.0 / 3.0 - 2.0 * 0.65 - 4.0 * 0.7)
+
+
+def test_label_env_inside_the_band_and_small_reference(raw_obs):
+    env = LabelEnv([_trace()], reward=W)
+    env.reset(options={"trace": 0, "ratio": 0.3})
+    _, rew, _, _, info = env.step(E.HOLD)
+    # r* itself, inside the band (0.2, 0.35): no band or r* charge, no move
+    assert info["p99_ms"] == 3.0 and rew == pytest.approx(-3.0 / 3.0)
+    # an oracle P99 below 1 ms still scores the window (only a non-positive one does not)
+    t = dataclasses.replace(_trace(), p99_star_ms=np.array([4.0, 0.5, np.nan]))
+    env = LabelEnv([t], reward=W)
+    env.reset(options={"trace": 0, "ratio": 0.3})
+    assert env.step(E.HOLD)[1] == pytest.approx(-3.0 / 0.5)
 
 
 @pytest.mark.parametrize("which", ["zero-ref", "nan-p99", "inf-ref"])
@@ -291,13 +307,15 @@ def test_node_env_init(node):
     assert env.costs == (0.25, 0.75) and env.reward_cfg == RewardConfig() and env.start_ratio == 0.5
     assert env.action_space == gym.spaces.Discrete(9)
     assert env.observation_space.shape == (N_FEATURES,)
+    assert env.observation_space.dtype == np.float64
     assert np.all(env.observation_space.low == -10.0) and np.all(env.observation_space.high == 10.0)
     assert NodeEnv(CTX).cfg == NodeConfig()
     node.n_windows = 2
     NodeEnv(CTX, NCFG)  # two windows: one to warm, one to score
     node.n_windows = 1
-    with pytest.raises(ConfigError, match="at least 2 windows, the trace has 1"):
+    with pytest.raises(ConfigError, match="at least 2 windows, the trace has 1") as e:
         NodeEnv(CTX, NCFG)
+    assert e.value.hint == "use a longer trace or a shorter --window-s"
 
 
 def test_node_env_reset_serves_window_zero(node):
@@ -313,6 +331,9 @@ def test_node_env_reset_serves_window_zero(node):
                    "p99_slo": 0.7, "ratio": 0.3, "window_s": 5.0}  # fmt: skip
     _, info = env.reset(options={"ratio": 0.9})
     assert info["ratio"] == 0.9 and info["window"] == 0
+    # reset(seed=...) seeds the environment's generator (gymnasium's contract)
+    env.reset(seed=3)
+    assert env.np_random.random() == np.random.default_rng(3).random()
 
 
 def test_node_env_steps_by_hand(node):

@@ -135,8 +135,11 @@ def test_controller_policy_decides_from_the_served_window(log):
 
 @pytest.mark.parametrize("step", [0.0, -0.1, 0.51, 1.0])
 def test_hill_climb_step_range(log, step):
-    with pytest.raises(ConfigError, match=f"hill-climb step must be in \\(0, 0.5\\], got {step}"):
+    with pytest.raises(
+        ConfigError, match=f"hill-climb step must be in \\(0, 0.5\\], got {step}"
+    ) as e:
         HillClimbPolicy(CTX, CFG, step=step)
+    assert e.value.hint == "pass 0.05"
 
 
 def test_hill_climb_defaults(log):
