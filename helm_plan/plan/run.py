@@ -121,7 +121,7 @@ def plan(
     items = [(gi, p, r) for gi in range(len(setups)) for p in policies for r in routers]
     base = (BASELINE_POLICY, cfg.baseline_router)
     for gi in range(len(setups)):
-        if base not in {(p, r) for _, p, r in items}:
+        if (gi, *base) not in items:  # every GPU's savings are measured against its baseline
             items.append((gi, *base))
             starts.setdefault((gi, BASELINE_POLICY), starts.get((gi, policies[0]), 1))
     combos = ex.map(_combo, items, shared=(ctxs, ncfg, cfg, starts, starts_r), progress=progress,
