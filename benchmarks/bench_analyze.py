@@ -95,9 +95,12 @@ def child_curves(trace_path: str, sample_rate: float) -> None:
     from helm_plan.profiles import Pool
     from helm_plan.sim import load_context
 
-    try:
+    ctx = None
+    # 25% of a 1.2M trace's footprint exceeds an A100: then the GPU's pool. Reloading inside
+    # an except block would keep the first load's arrays alive through the traceback.
+    with contextlib.suppress(ProfileError):
         ctx = load_context(trace_path, pool_fraction=0.25)
-    except ProfileError:  # 25% of a 1.2M trace's footprint exceeds an A100: the GPU's pool
+    if ctx is None:
         ctx = load_context(trace_path)
     loaded = peak_mib()
     t0 = time.perf_counter()
