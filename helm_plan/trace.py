@@ -241,10 +241,7 @@ def _open(p: Path, *, stream: bool = False) -> pq.ParquetFile:
             return pq.ParquetFile(p, pre_buffer=False, buffer_size=1 << 20)
         return pq.ParquetFile(p)
     except (pa.ArrowInvalid, OSError) as e:
-        raise TraceError(
-            f"cannot read {p} as parquet: {e}",
-            hint="convert CSV or JSON logs with `helm-plan ingest`",
-        ) from e
+        raise _unreadable(p, e) from e
 
 
 def rebase_offset(first_ts_s: float) -> float:
@@ -276,22 +273,31 @@ def read(path: str | os.PathLike[str], *, columns: list[str] | None = None) -> p
     try:
         table = pf.read(columns=columns)
     except (pa.ArrowInvalid, OSError) as e:
-        raise TraceError(
-            f"cannot read {p} as parquet: {e}",
-            hint="convert CSV or JSON logs with `helm-plan ingest`",
-        ) from e
+        raise _unreadable(p, e) from e
     table = validate(table, source=str(p))
     if "ts_s" not in table.column_names or table.num_rows == 0:
         return table
     offset = rebase_offset(table.column("ts_s")[0].as_py())
+    _note_rebase(str(p), offset)
+    return _rebased(table, offset)
+
+
+def _rebased(table: pa.Table, offset: float) -> pa.Table:
+    """``table`` with ``offset`` subtracted from ``ts_s`` and recorded in its metadata."""
     if not offset:
         return table
-    _note_rebase(str(p), offset)
     i = table.column_names.index("ts_s")
     table = table.set_column(i, "ts_s", pc.subtract(table.column("ts_s"), offset))
     meta = dict(table.schema.metadata or {})
     meta[TS_OFFSET_KEY] = repr(offset).encode()
     return table.replace_schema_metadata(meta)
+
+
+def _unreadable(p: Path, e: Exception) -> TraceError:
+    return TraceError(
+        f"cannot read {p} as parquet: {e}",
+        hint="convert CSV or JSON logs with `helm-plan ingest`",
+    )
 
 
 def ts_offset(table: pa.Table) -> float:
@@ -330,17 +336,11 @@ def iter_batches(
                     offset = rebase_offset(ts[0].as_py())
                     _note_rebase(str(p), offset)
                 last = ts[len(ts) - 1].as_py()
-                if offset:
-                    t = t.set_column(
-                        t.column_names.index("ts_s"), "ts_s", pc.subtract(ts, offset)
-                    ).replace_schema_metadata({TS_OFFSET_KEY: repr(offset).encode()})
+                t = _rebased(t, offset)
             rows += batch.num_rows
             yield t
     except (pa.ArrowInvalid, OSError) as e:
-        raise TraceError(
-            f"cannot read {p} as parquet: {e}",
-            hint="convert CSV or JSON logs with `helm-plan ingest`",
-        ) from e
+        raise _unreadable(p, e) from e
     if rows == 0 and check:
         validate(pf.schema_arrow.empty_table(), source=str(p))  # names the missing column, or empty
 
