@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from helm_plan import trace
-from helm_plan._densify import BATCH_ROWS, densify, table_batches
+from helm_plan._densify import BATCH_ROWS, Batches, densify, table_batches
 from helm_plan.config import require_positive
 from helm_plan.errors import ConfigError
 
@@ -88,15 +88,7 @@ def from_table(
     proportion to their recent frequency and never looks ahead.
     """
     _check_window(candidate_window_tokens)
-    return TraceArrays(
-        **densify(
-            table_batches(table),
-            has_candidates="candidates" in table.column_names,
-            has_latency="latency_ms" in table.column_names,
-        ),
-        candidate_seed=int(seed),
-        candidate_window_tokens=int(candidate_window_tokens),
-    )
+    return _build(table_batches(table), table.column_names, seed, candidate_window_tokens)
 
 
 def from_file(
@@ -124,6 +116,12 @@ def from_file(
             return trace.iter_batches(path, batch_rows=batch_rows)
         return trace.iter_batches(path, columns=lists, batch_rows=batch_rows, check=False)
 
+    return _build(batches, names, seed, candidate_window_tokens)
+
+
+def _build(
+    batches: Batches, names: list[str], seed: int, candidate_window_tokens: int
+) -> TraceArrays:
     return TraceArrays(
         **densify(batches, has_candidates="candidates" in names, has_latency="latency_ms" in names),
         candidate_seed=int(seed),
