@@ -38,12 +38,6 @@ class InternalError(HelmPlanError):
     exit_code = 1
 
 
-def log_size(pool_bytes: int, key_bytes: np.ndarray) -> int:
-    """EMB log slots for the whole pool as EMB: at most min(keys, pool / smallest key) entries
-    are current, so twice that keeps compaction amortised O(1) (as ``CacheState`` sizes it)."""
-    return log_slots(pool_bytes, key_bytes)
-
-
 class ClusterState:
     """Stacked per-node cache arrays, per-node queue state and per-request outputs."""
 
@@ -52,7 +46,8 @@ class ClusterState:
         pool_bytes: int, counts: bool,
     ) -> None:  # fmt: skip
         kb = np.ascontiguousarray(key_bytes, np.int64)
-        nk, q, nn = len(kb), log_size(pool_bytes, kb), n_nodes
+        # every node's log sized for the whole pool as EMB, as CacheState sizes its own
+        nk, q, nn = len(kb), log_slots(pool_bytes, kb), n_nodes
         self.key_bytes = kb
         self.e_last = np.full((nn, nk), -1, np.int32)
         self.e_qi = np.zeros((nn, q), np.int32)
@@ -99,8 +94,9 @@ class ClusterState:
     def view(self, n: int) -> CacheState:
         """Node ``n``'s caches as views into the stacked arrays."""
         return CacheState(
-            emb_last=self.e_last[n], emb_qi=self.e_qi[n], emb_meta=self.e_meta[n], kv_prev=self.k_prev[:, n], kv_next=self.k_next[:, n],
-            kv_len=self.k_len[:, n], kv_start=self.k_start[:, n], kv_meta=self.k_meta[n],
+            emb_last=self.e_last[n], emb_qi=self.e_qi[n], emb_meta=self.e_meta[n],
+            kv_prev=self.k_prev[:, n], kv_next=self.k_next[:, n], kv_len=self.k_len[:, n],
+            kv_start=self.k_start[:, n], kv_meta=self.k_meta[n],
             key_bytes=self.key_bytes,
         )  # fmt: skip
 

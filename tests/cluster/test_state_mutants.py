@@ -11,20 +11,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helm_plan.cache.core import CacheState
-from helm_plan.cluster.state import ClusterState, InternalError, log_size
+from helm_plan.cache.core import CacheState, log_slots
+from helm_plan.cluster.state import ClusterState, InternalError
 
 
 def test_log_size_by_hand():
-    assert log_size(10**9, np.array([], np.int64)) == 1024
+    assert log_slots(10**9, np.array([], np.int64)) == 1024
     kb = np.array([100, 200, 50], np.int64)
-    assert log_size(120, kb) == 2 * 2 + 1024  # 120 // 50 = 2 keys fit
-    assert log_size(149, kb) == 2 * 2 + 1024
-    assert log_size(150, kb) == 2 * 3 + 1024
-    assert log_size(10**6, kb) == 2 * 3 + 1024  # never more than the keys
-    assert log_size(3, np.array([0, 5], np.int64)) == 2 * 2 + 1024  # a 0-byte key counts as 1
-    assert log_size(1, np.array([0, 5], np.int64)) == 2 * 1 + 1024
-    assert log_size(0, kb) == 1024
+    assert log_slots(120, kb) == 2 * 2 + 1024  # 120 // 50 = 2 keys fit
+    assert log_slots(149, kb) == 2 * 2 + 1024
+    assert log_slots(150, kb) == 2 * 3 + 1024
+    assert log_slots(10**6, kb) == 2 * 3 + 1024  # never more than the keys
+    assert log_slots(3, np.array([0, 5], np.int64)) == 2 * 2 + 1024  # a 0-byte key counts as 1
+    assert log_slots(1, np.array([0, 5], np.int64)) == 2 * 1 + 1024
+    assert log_slots(0, kb) == 1024
 
 
 def test_internal_error_exit_code():
@@ -160,8 +160,8 @@ def test_check_views_catches_a_reallocation(field):
 
 def test_log_size_of_one_key():
     # one key of 40 B: a pool of 100 B holds it (min(1, 100 // 40) = 1), one of 39 B does not
-    assert log_size(100, np.array([40], np.int64)) == 2 * 1 + 1024
-    assert log_size(39, np.array([40], np.int64)) == 1024
+    assert log_slots(100, np.array([40], np.int64)) == 2 * 1 + 1024
+    assert log_slots(39, np.array([40], np.int64)) == 1024
 
 
 def test_key_bytes_are_stored_as_contiguous_int64():
