@@ -90,18 +90,12 @@ def child_analyze(trace_path: str, workers: int, capacity: bool, out: str) -> No
 
 
 def child_curves(trace_path: str, sample_rate: float) -> None:
-    from helm_plan.cache.curves import CurvesConfig, compute_curves
-    from helm_plan.errors import ProfileError
-    from helm_plan.profiles import Pool
-    from helm_plan.sim import load_context
+    from bench_cluster import load_capped  # 25% of a 1.2M trace's footprint exceeds an A100
 
-    ctx = None
-    # 25% of a 1.2M trace's footprint exceeds an A100: then the GPU's pool. Reloading inside
-    # an except block would keep the first load's arrays alive through the traceback.
-    with contextlib.suppress(ProfileError):
-        ctx = load_context(trace_path, pool_fraction=0.25)
-    if ctx is None:
-        ctx = load_context(trace_path)
+    from helm_plan.cache.curves import CurvesConfig, compute_curves
+    from helm_plan.profiles import Pool
+
+    ctx = load_capped(Path(trace_path))
     loaded = peak_mib()
     t0 = time.perf_counter()
     cv = compute_curves(ctx.workload, ctx.gpu, ctx.model, Pool(ctx.pool_bytes, ctx.pool_source),

@@ -60,8 +60,7 @@ def main() -> None:
         return
     if not args.baseline:
         ap.error("--baseline REV is required")
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench_cluster import make_trace
+    from bench_cluster import make_trace  # this script's folder is on sys.path
 
     trace = Path(tempfile.gettempdir()) / f"bench_cluster_steady_{args.requests}.parquet"
     make_trace(trace, args.requests)

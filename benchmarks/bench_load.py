@@ -64,15 +64,10 @@ def main() -> None:
     if args.child:
         child(*args.child)
         return
-    from helm_plan import trace
-    from helm_plan.synth import SynthConfig, synthesize
+    from bench_cluster import make_trace  # the same trace file, written once and reused
 
     p = Path(args.dir) / f"bench_cluster_steady_{args.requests}.parquet"
-    if not p.exists():  # the same file bench_cluster.py writes and reuses
-        qps = 2000.0
-        tab = synthesize(SynthConfig(regime="steady", qps=qps, duration_s=args.requests / qps,
-                                     seed=1))  # fmt: skip
-        trace.write(tab, p, {"source": "bench_cluster", "regime": "steady"})
+    make_trace(p, args.requests)
     run_child(p, "load")  # compile (or load) the numba kernels once
     ours, peer = run_child(p, "load"), run_child(p, "read")
     tok = ours["tokens"]
