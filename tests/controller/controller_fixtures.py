@@ -44,3 +44,21 @@ def write_small_trace(path):
 
     trace.write(small_synth(), path, {"source": "tests.controller", "seed": 3})
     return path
+
+
+def recording_ghost(calls: list):
+    """A stand-in for ``controller.features.Ghost`` that records its calls in ``calls``;
+    ``observe`` answers ``"CURVES{window}"`` so a test can see the curves it forwarded."""
+
+    class Ghost:
+        def __init__(self, *a):
+            calls.append(("ghost", *a))
+
+        def observe(self, a, b, nc):
+            calls.append(("observe", a, b, nc))
+            return f"CURVES{a}"
+
+        def reset(self):
+            calls.append(("ghost.reset",))
+
+    return Ghost

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import gymnasium as gym
 import numpy as np
 import pytest
+from controller_fixtures import recording_ghost
 
 from helm_plan.controller import env as E
 from helm_plan.controller.dataset import ARRIVAL_KEYS, LabelTrace
@@ -270,16 +271,7 @@ def node(monkeypatch, raw_obs):
             self.ratio, self.done = r, self.i >= self.n_windows
             return res
 
-    class Ghost:
-        def __init__(self, *a):
-            log.calls.append(("ghost", *a))
-
-        def observe(self, a, b, nc):
-            log.calls.append(("observe", a, b, nc))
-            return f"CURVES{a}"
-
-        def reset(self):
-            log.calls.append(("ghost.reset",))
+    Ghost = recording_ghost(log.calls)
 
     def gains(c, r, delta, eb, kt):
         log.calls.append(("gains", c, r, delta, eb, kt))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from controller_fixtures import recording_ghost
 
 from helm_plan.cache.ghost import NO_GAINS, GhostGains
 from helm_plan.controller import policy as P
@@ -30,16 +31,7 @@ NET = {"up": 0.0, "down": 0.0}
 def log(monkeypatch):
     log = SimpleNamespace(calls=[])
 
-    class Ghost:
-        def __init__(self, *a):
-            log.calls.append(("ghost", *a))
-
-        def observe(self, a, b, nc):
-            log.calls.append(("observe", a, b, nc))
-            return f"CURVES{a}"
-
-        def reset(self):
-            log.calls.append(("ghost.reset",))
+    Ghost = recording_ghost(log.calls)
 
     def gains(c, r, delta, eb, kt):
         log.calls.append(("gains", c, r, delta, eb, kt))
