@@ -24,7 +24,8 @@ routing and bookkeeping machinery at equal cache work) and with 32 nodes behind
 round-robin (32 caches without helm's probes).
 
 Run: ``python benchmarks/bench_cluster.py [--repeat K] [--refill MODE] [--ten-million]
-[--sizes 100000,10000000] [--node-max N] [--skip-memory] [--skip-routing]``. Timing is CPU time of this process, best of ``--repeat``
+[--sizes 100000,10000000] [--node-max N] [--pool-fraction F] [--skip-memory]
+[--skip-routing]``. Timing is CPU time of this process, best of ``--repeat``
 interleaved runs: on a shared machine other tenants' cache traffic moves both sides.
 """
 
@@ -91,9 +92,10 @@ def child(path: str, what: str, refill: str) -> None:
     print(json.dumps({"loaded_mib": loaded, "peak_mib": peak()}))
 
 
-def load_capped(path: Path):  # noqa: ANN201
-    """Pool = 25% of the footprint, capped at what the GPU leaves for caches: the 10M trace's
-    quarter (687 GiB) exceeds an A100, so it runs with the largest pool the GPU has."""
+def load_capped(path: Path, pool_fraction: float = 0.25):  # noqa: ANN201
+    """Pool = ``pool_fraction`` of the footprint, capped at what the GPU leaves for caches: the
+    10M trace's quarter (687 GiB) exceeds an A100, so it runs with the largest pool the GPU has
+    (``--pool-fraction 0.025`` fits every size, for a like-for-like cost growth)."""
     from helm_plan.arrays import from_file
     from helm_plan.latency.model import build_latency_model, resolve_latency
     from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL, load_gpu, load_model
@@ -104,7 +106,7 @@ def load_capped(path: Path):  # noqa: ANN201
     lat = build_latency_model(g, m, lp)
     arrays = from_file(path)
     try:
-        return prepare_context(arrays, g, m, lat, pool_fraction=0.25, latency_profile=lp)
+        return prepare_context(arrays, g, m, lat, pool_fraction=pool_fraction, latency_profile=lp)
     except ProfileError:
         ctx = prepare_context(arrays, g, m, lat, latency_profile=lp)
         print(
@@ -143,6 +145,12 @@ def main() -> None:
     ap.add_argument("--dir", default=tempfile.gettempdir(), help="where traces are cached")
     ap.add_argument("--refill", default=REFILL, help="refill mode of both sides (figures 1-3)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per size; the fastest counts")
+    ap.add_argument(
+        "--pool-fraction",
+        type=float,
+        default=0.25,
+        help="pool as a share of each trace's footprint, figures 1-2 (capped at the GPU)",
+    )
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -159,14 +167,15 @@ def main() -> None:
     rows: list = []
     ncfg = NodeConfig(refill=args.refill)
     cfg = ClusterConfig(nodes=NODES, router="helm", node=ncfg)
-    print(f"refill {args.refill}, static r = {R}, best of {args.repeat} run(s) per size")
+    print(f"refill {args.refill}, static r = {R}, pool {args.pool_fraction:g} of the footprint, "
+          f"best of {args.repeat} run(s) per size")  # fmt: skip
     # compile every kernel once on a small span
     warm = load_context(paths[100_000], pool_fraction=0.25)
     simulate_cluster(warm, R, ClusterConfig(nodes=2, router="helm", node=NodeConfig(window_s=1e6)))
     simulate_node(warm, R, NodeConfig(window_s=1e6))
     per_req: dict[int, tuple[float, float]] = {}
     for n, p in paths.items():
-        ctx = load_capped(p)
+        ctx = load_capped(p, args.pool_fraction)
         c_node = c_clu = np.inf
         with_node = n <= args.node_max
         for _ in range(args.repeat):  # interleaved, so both see the same machine load
