@@ -28,6 +28,7 @@ from helm_plan.config import require_int, require_positive
 from helm_plan.controller.dataset import LabelTrace
 from helm_plan.controller.env import SHIFTS, LabelEnv, RewardConfig
 from helm_plan.controller.features import N_FEATURES
+from helm_plan.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,13 @@ class Args:
                      "update_epochs", "hidden"):  # fmt: skip
             require_int(name, getattr(self, name), 1)
         require_positive("learning_rate", self.learning_rate)
+        if self.batch_size < 2 * self.num_minibatches:
+            # a one-sample minibatch has no advantage std to normalise by (NaN weights)
+            raise ConfigError(
+                f"num_minibatches must leave at least 2 samples per minibatch, got "
+                f"{self.num_minibatches} minibatches of a {self.batch_size}-sample rollout",
+                hint="lower num_minibatches or raise num_envs x num_steps",
+            )
 
     @property
     def batch_size(self) -> int:
@@ -77,7 +85,9 @@ class Args:
 
     @property
     def minibatch_size(self) -> int:
-        return max(self.batch_size // self.num_minibatches, 1)
+        """Samples per minibatch (when num_minibatches does not divide the batch, the first
+        ``batch_size % num_minibatches`` minibatches take one more)."""
+        return self.batch_size // self.num_minibatches
 
     @property
     def num_iterations(self) -> int:
@@ -184,24 +194,9 @@ def train(
             next_obs = torch.as_tensor(next_obs_np)
             next_done = torch.as_tensor(done.astype(np.float64))
 
-        # GAE; with same-step autoreset the final step's next_obs is the new episode's first,
-        # so a done step bootstraps nothing
         with torch.no_grad():
             next_value = agent.get_value(next_obs).reshape(1, -1)
-            advantages = torch.zeros_like(rewards)
-            lastgaelam = torch.zeros(args.num_envs, dtype=torch.float64)
-            for t in reversed(range(args.num_steps)):
-                if t == args.num_steps - 1:
-                    nextnonterminal = 1.0 - next_done
-                    nextvalues = next_value
-                else:
-                    nextnonterminal = 1.0 - dones[t + 1]
-                    nextvalues = values[t + 1]
-                # dones[t+1] marks that step t ended an episode
-                delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - values[t]
-                lastgaelam = delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
-                advantages[t] = lastgaelam
-            returns = advantages + values
+            advantages, returns = gae(rewards, values, dones, next_value, next_done, args)
 
         b_obs = obs.reshape((-1, N_FEATURES))
         b_logprobs = logprobs.reshape(-1)
@@ -213,25 +208,16 @@ def train(
         b_inds = np.arange(args.batch_size)
         for _epoch in range(args.update_epochs):
             rng.shuffle(b_inds)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                mb_inds = torch.as_tensor(b_inds[start : start + args.minibatch_size])
+            # num_minibatches near-equal parts: a remainder never makes a tiny last minibatch
+            for part in np.array_split(b_inds, args.num_minibatches):
+                mb_inds = torch.as_tensor(part)
                 _, newlogprob, entropy, newvalue = agent.get_action_and_value(
                     b_obs[mb_inds], b_actions[mb_inds]
                 )
-                logratio = newlogprob - b_logprobs[mb_inds]
-                ratio = logratio.exp()
-                mb_adv = b_advantages[mb_inds]
-                mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-                pg_loss1 = -mb_adv * ratio
-                pg_loss2 = -mb_adv * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-                newvalue = newvalue.view(-1)
-                v_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                v_clipped = b_values[mb_inds] + torch.clamp(
-                    newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
-                )
-                v_loss = 0.5 * torch.max(v_unclipped, (v_clipped - b_returns[mb_inds]) ** 2).mean()
-                loss = pg_loss - args.ent_coef * entropy.mean() + v_loss * args.vf_coef
+                loss = ppo_loss(
+                    newlogprob, b_logprobs[mb_inds], entropy, newvalue.view(-1),
+                    b_advantages[mb_inds], b_returns[mb_inds], b_values[mb_inds], args,
+                )  # fmt: skip
                 optimizer.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
@@ -245,6 +231,58 @@ def train(
         seconds=time.perf_counter() - t0,
         mean_episode_return=float(np.mean(returns_done)) if returns_done else float("nan"),
     )
+
+
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    dones: torch.Tensor,
+    next_value: torch.Tensor,
+    next_done: torch.Tensor,
+    args: Args,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation (Schulman et al. 2016), CleanRL's recursion.
+
+    ``dones[t]`` marks that the observation of step t starts a new episode, i.e. step t−1
+    ended one; with same-step autoreset the final step's next observation is the new
+    episode's first, so a done step bootstraps nothing. Returns (advantages, returns)."""
+    num_steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = torch.zeros(rewards.shape[1], dtype=rewards.dtype)
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            nextnonterminal = 1.0 - next_done
+            nextvalues = next_value
+        else:
+            nextnonterminal = 1.0 - dones[t + 1]
+            nextvalues = values[t + 1]
+        delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - values[t]
+        lastgaelam = delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
+        advantages[t] = lastgaelam
+    return advantages, advantages + values
+
+
+def ppo_loss(
+    newlogprob: torch.Tensor,
+    logprob: torch.Tensor,
+    entropy: torch.Tensor,
+    newvalue: torch.Tensor,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    args: Args,
+) -> torch.Tensor:
+    """One minibatch's loss: clipped surrogate (Schulman et al. 2017, eq. 7) on normalised
+    advantages, minus the entropy bonus, plus the clipped value loss (CleanRL's)."""
+    ratio = (newlogprob - logprob).exp()
+    mb_adv = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    pg_loss1 = -mb_adv * ratio
+    pg_loss2 = -mb_adv * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+    v_unclipped = (newvalue - returns) ** 2
+    v_clipped = values + torch.clamp(newvalue - values, -args.clip_coef, args.clip_coef)
+    v_loss = 0.5 * torch.max(v_unclipped, (v_clipped - returns) ** 2).mean()
+    return pg_loss - args.ent_coef * entropy.mean() + v_loss * args.vf_coef
 
 
 def export_weights(agent: Agent) -> dict[str, np.ndarray]:
