@@ -400,3 +400,65 @@ def test_with_config_keeps_the_source(tmp_path):
     p = save(_ctrl(), tmp_path / "c.npz")
     d = Controller.load(p).with_config(RuntimeConfig())
     assert d.source == str(p)
+
+
+# ---------------------------------------------------------------- the full run's survivors
+
+
+def test_version_error_names_the_source():
+    with pytest.raises(ConfigError, match="^ctl.npz was trained on feature version v0,"):
+        Controller(_actor(0.0), np.array(SHIFTS), feature_version="v0", source="ctl.npz")
+
+
+def test_weights_and_shifts_are_kept_as_float64():
+    w = {k: v.astype(np.float32) for k, v in _actor(0.1).items()}
+    a = Controller(w, np.array(SHIFTS, np.float32)).arrays()
+    assert {k: str(a[k].dtype) for k in ("W0", "b0", "W1", "b1", "shifts")} == dict.fromkeys(
+        ("W0", "b0", "W1", "b1", "shifts"), "float64"
+    )
+
+
+def _three_layers(rng, h1: int = 6, h2: int = 7, n_act: int = len(SHIFTS)):
+    return {"W0": rng.normal(size=(h1, N_FEATURES)), "b0": rng.normal(size=h1),
+            "W1": rng.normal(size=(h2, h1)), "b1": rng.normal(size=h2),
+            "W2": rng.normal(size=(n_act, h2)), "b2": rng.normal(size=n_act)}  # fmt: skip
+
+
+def test_shape_error_hints_are_exact_and_count_the_output_layer():
+    hint = "retrain the controller with `helm-plan train`"
+    with pytest.raises(ConfigError) as e:
+        Controller(_actor(0.0) | {"W0": np.zeros((4, 3))}, np.array(SHIFTS))
+    assert e.value.hint == hint
+    # three layers of 6, 7 and 5 outputs: the action count is the last layer's
+    w = _three_layers(np.random.default_rng(0), n_act=5)
+    with pytest.raises(ConfigError, match="src: the actor has 5 actions for 9 shifts") as e:
+        Controller(w, np.array(SHIFTS), source="src")
+    assert e.value.hint == hint
+
+
+def test_three_layer_forward_matches_numpy():
+    # two hidden layers of other widths than the input: each layer reads the previous one's
+    # output, and the logits come from the last layer
+    rng = np.random.default_rng(1)
+    w = _three_layers(rng)
+    c = Controller(w, np.array(SHIFTS), RuntimeConfig(hold_margin=0.0))
+    for _ in range(50):
+        x = rng.normal(size=N_FEATURES)
+        h = np.tanh(w["W1"] @ np.tanh(w["W0"] @ x + w["b0"]) + w["b1"])
+        assert c.base_shift(x) == SHIFTS[int(np.argmax(w["W2"] @ h + w["b2"]))]
+
+
+def test_plain_argmax_breaks_a_tie_with_hold_towards_the_first_action():
+    # every logit equal: with hold_margin 0 the first maximum (-0.2) wins, not the hold
+    c = Controller(_actor(0.0, logit=0.0), np.array(SHIFTS), RuntimeConfig(hold_margin=0.0))
+    assert c.base_shift(_x()) == SHIFTS[0] == -0.2
+
+
+def test_bursts_are_counted():
+    c = _ctrl(**(DET | {"recovery_windows": 1}))
+    seq = [1.0, 3.0, 1.0, 1.0, 1.0, 3.0, 1.0, 1.0, 3.0]  # z0 = (3 − 1) / 0.25 = 8 > 4: a burst
+    counts = []
+    for v0 in seq:
+        c.step(_x(v0))
+        counts.append(c.bursts)
+    assert counts == [0, 1, 1, 1, 1, 2, 2, 2, 3]
