@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from helm_plan import trace
@@ -47,13 +48,17 @@ def test_peak_qps_by_hand():
     assert peak_qps(np.array([10.1, 10.2, 10.3, 11.5, 12.1, 12.2]), 1.0) == 3.0
     # a trace shorter than a window: its mean rate, 3 requests over 1 s
     assert peak_qps(np.array([0.0, 0.5, 1.0]), 2.0) == 3.0
+    assert peak_qps(np.array([0.0, 0.5]), 2.0) == 4.0  # 2 requests over 0.5 s
     # spanning exactly one window is not shorter: windows [0, 2) 2 and [2, 4) 1
     assert peak_qps(np.array([0.0, 1.0, 2.0]), 2.0) == 1.0
+    # windows before 0: [-4, -3) holds 2
+    assert peak_qps(np.array([-3.5, -3.2, -1.0, 0.5]), 1.0) == 2.0
 
 
 def test_mean_qps_by_hand():
     assert S._mean_qps(np.array([0.0, 1.0, 2.0, 4.0])) == 1.0  # 4 requests over 4 s
     assert S._mean_qps(np.array([3.0, 5.0])) == 1.0
+    assert S._mean_qps(np.array([0.0, 0.5])) == 4.0
     assert np.isnan(S._mean_qps(np.array([3.0])))
     assert np.isnan(S._mean_qps(np.array([3.0, 3.0])))
 
@@ -66,8 +71,9 @@ def test_factor_for_by_hand():
     assert factor_for(t, peak_qps_target=5.0, window_s=3.0) == pytest.approx(7.5)
     with pytest.raises(ConfigError, match="peak_qps must be positive, got -1"):
         factor_for(t, peak_qps_target=-1.0, window_s=1.0)
-    with pytest.raises(ConfigError, match="no requests to scale"):
+    with pytest.raises(ConfigError, match="^the trace has no requests to scale$") as e:
         factor_for(t.slice(0, 0), peak_qps_target=5.0, window_s=1.0)
+    assert e.value.hint == "pass a non-empty trace"
 
 
 # ---- scale: the checks -----------------------------------------------------------------------
@@ -93,8 +99,9 @@ def test_scale_errors_are_precise():
 def test_user_ids_too_large_to_clone():
     # stride = max id + 1 = 2**61; two clones need ids up to 2**62 − 1: refused (>= 2**62)
     t = _table([0.0, 1.0], [0, 2**61 - 1], [[1], [2]])
-    with pytest.raises(ConfigError, match="user ids too large to clone disjointly"):
+    with pytest.raises(ConfigError, match="^user ids too large to clone disjointly$") as e:
         scale(t, 2.0)
+    assert e.value.hint == "remap user ids to a dense range first"
     s, _ = scale(t, 1.0)  # one clone: nothing to shift
     assert s.column("user_id").to_pylist() == [0, 2**61 - 1]
     t = _table([0.0, 1.0], [0, 2**61 - 2], [[1], [2]])  # stride 2**61 − 1: fits
@@ -161,6 +168,41 @@ def test_users_scaling_ties_keep_clone_order_and_two_requests_span():
     assert s.column("user_id").to_pylist() == [0, 1, 0, 1]
     assert s.column("new_items").to_pylist() == [[7], [8], [8], [7]]
     assert info.users_after == 2
+    # half a second apart: period = 0.5 + 0.5 = 1; clone 1 shifted by 0.5: (0.5, 0)
+    t = _table([0.0, 0.5], [3, 1], [[7], [8]])
+    s, _ = scale(t, 2.0)
+    np.testing.assert_allclose(s.column("ts_s").to_numpy(), [0.0, 0.0, 0.5, 0.5])
+    assert s.column("user_id").to_pylist() == [3, 5, 1, 7]  # stride 4
+    assert s.schema.field("user_id").type == pa.int64()
+
+
+def test_scale_defaults_users_10s_windows_seed_0():
+    # 10 s windows: [0, 10) holds 3 -> 0.3 qps (not the mean 5/25: the trace spans 25 s)
+    t = _table([0.0, 5.0, 9.5, 10.5, 25.0], [0, 1, 2, 0, 1], [[1]] * 5)
+    s, info = scale(t, 1.0)
+    assert info.method == "users" and info.peak_qps_before == 0.3
+    assert s.column("user_id").to_pylist() == [0, 1, 2, 0, 1]
+    # the fractional clone of seed 0 keeps users 1 and 2 (draws 0.64, 0.27, 0.04 < 0.5)
+    keep = np.flatnonzero(np.random.default_rng(0).random(3) < 0.5)
+    assert keep.tolist() == [1, 2]
+    _, info = scale(four(), 1.5)
+    assert info.users_after == 5
+
+
+def test_fractional_clone_keeps_the_seeded_users():
+    # 40 users, one request each; the fractional clone keeps exactly the users whose draw is
+    # under the fraction (a share of 0.3 here)
+    n = 40
+    t = _table(np.arange(n) * 1.0, np.arange(n), [[1]] * n)
+    s, _ = scale(t, 1.3, seed=7)
+    uid = np.array(s.column("user_id").to_pylist())
+    clone = np.sort(uid[uid >= n]) - n
+    want = np.flatnonzero(np.random.default_rng(7).random(n) < 0.3)
+    assert 0 < len(want) < n
+    np.testing.assert_array_equal(clone, want)
+    # each kept user's request is shifted by period / 1.3, period = 39 + 1 = 40, wrapped
+    ts = np.array(s.column("ts_s").to_pylist())
+    np.testing.assert_allclose(np.sort(ts[uid >= n]), np.sort((want + 40 / 1.3) % 40))
 
 
 def test_users_scaling_one_request():
