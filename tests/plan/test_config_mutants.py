@@ -68,6 +68,25 @@ def test_bad_fields_are_named_with_their_value(kw, msg):
         PlanConfig(**kw)
 
 
+@pytest.mark.parametrize(
+    ("kw", "hint"),
+    [
+        ({"gpus": ()}, "pass --gpus a100-80g,..."),
+        ({"gpus": ("a", "b"), "latency": "p"},
+         "drop --latency (each GPU uses its shipped profile) or plan one GPU"),
+        ({"routers": ()}, "pass --routers jsq,helm"),
+        ({"policies": ()}, "pass --policies best-static"),
+        ({"peak_qps": 100.0, "scale": 2.0}, "drop one of the two"),
+        ({"scale_by": "rows"}, "use users or time"),
+        ({"cost_per_hour": (("a", -1.0),)}, "pass --cost-per-hour GPU=USD with a price in dollars"),
+    ],
+)  # fmt: skip
+def test_errors_say_how_to_fix_them(kw, hint):
+    with pytest.raises(ConfigError) as e:
+        PlanConfig(**kw)
+    assert e.value.hint == hint
+
+
 def test_one_gpu_may_take_a_latency_profile_and_many_without_one():
     assert PlanConfig(gpus=("a",), latency="p").latency == "p"
     assert PlanConfig(gpus=("a", "b", "c")).latency is None
