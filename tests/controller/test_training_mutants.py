@@ -319,8 +319,10 @@ def test_validate_hands_the_collaborators_the_right_runs(scripted):
 
 def test_validate_without_ablation_and_without_narrow_windows(scripted):
     scripted.flat[0] = np.full(6, 0.5)  # every band wide: no narrow window
-    v = T.validate(_Ctrl(RuntimeConfig(adapter=False, burst=False), scripted.calls), "CTX", "w",
-                   ablation=False)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no mean of an empty selection
+        v = T.validate(_Ctrl(RuntimeConfig(adapter=False, burst=False), scripted.calls), "CTX",
+                       "w", ablation=False)  # fmt: skip
     f = v.figures
     # without ablation only the controller's own config runs, and it is "all" (the base
     # config here: 14 ms)
