@@ -81,16 +81,20 @@ def test_factor_for_by_hand():
 
 def test_scale_errors_are_precise():
     t = four()
-    with pytest.raises(ConfigError, match="scale factor must be positive, got -2"):
+    with pytest.raises(ConfigError, match="^scale factor must be positive, got -2"):
         scale(t, -2.0)
-    with pytest.raises(
-        ConfigError, match=r"scale factor must be finite and <= 10000, got 10000\.5"
-    ):
+    big = r"^scale factor must be finite and <= 10000, got 10000\.5$"
+    with pytest.raises(ConfigError, match=big) as e:
         scale(t, 10_000.5)
-    with pytest.raises(ConfigError, match="unknown scaling 'rows'"):
+    assert e.value.hint == "pass a smaller --scale or --peak-qps"
+    with pytest.raises(ConfigError, match="^scale factor must be finite, got inf$"):
+        scale(t, float("inf"))
+    with pytest.raises(ConfigError, match="^unknown scaling 'rows'$") as e:
         scale(t, 2.0, by="rows")
-    with pytest.raises(ConfigError, match="no requests to scale"):
+    assert e.value.hint == "use users or time"
+    with pytest.raises(ConfigError, match="^the trace has no requests to scale$") as e:
         scale(t.slice(0, 0), 2.0)
+    assert e.value.hint == "pass a non-empty trace"
     assert MAX_FACTOR == 10_000.0
     s, info = scale(t, MAX_FACTOR, by="time")  # the largest factor is accepted
     assert info.factor == MAX_FACTOR and s.num_rows == 4
