@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from helm_plan import trace
-from helm_plan.errors import ConfigError
+from helm_plan.errors import ConfigError, TraceError
 from helm_plan.plan.scale import MAX_FACTOR, ScaleBy, factor_for, peak_qps, scale
 
 S = importlib.import_module("helm_plan.plan.scale")  # the package re-exports scale()
@@ -242,3 +242,10 @@ def test_whole_factor_up_to_rounding_has_no_fractional_clone():
     assert s.num_rows == 8
     s, _ = scale(four(), 1.0)
     assert s.column("ts_s").to_pylist() == TS and s.column("user_id").to_pylist() == USERS
+
+
+def test_a_share_too_small_to_keep_anyone_is_an_empty_scaled_trace():
+    # K = 0.001: the only clone is fractional, and none of the 3 users draws under 0.001
+    assert not (np.random.default_rng(0).random(3) < 0.001).any()
+    with pytest.raises(TraceError, match=r"^scaled trace is empty \(0 requests\)$"):
+        scale(four(), 0.001)
