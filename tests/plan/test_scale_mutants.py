@@ -249,3 +249,11 @@ def test_a_share_too_small_to_keep_anyone_is_an_empty_scaled_trace():
     assert not (np.random.default_rng(0).random(3) < 0.001).any()
     with pytest.raises(TraceError, match=r"^scaled trace is empty \(0 requests\)$"):
         scale(four(), 0.001)
+
+
+def test_a_factor_of_at_most_1e_12_is_an_empty_scaled_trace_too():
+    # K <= 1e-12 has no whole clone and a fraction under the rounding threshold: it used to
+    # leave no clone at all and crash in numpy ("need at least one array to concatenate")
+    for k in (1e-12, 5e-13):
+        with pytest.raises(TraceError, match=r"^scaled trace is empty \(0 requests\)$"):
+            scale(four(), k)
