@@ -137,7 +137,8 @@ def _by_users(table: pa.Table, k: float, seed: int) -> pa.Table:
     parts, times, ids = [], [], []
     rng = np.random.default_rng(seed)
     uniq = np.unique(users)
-    n_clones = whole + (1 if frac > 1e-12 else 0)
+    # K < 1 is one fractional clone however small (K <= 1e-12 used to leave none)
+    n_clones = whole + (1 if frac > 1e-12 or whole == 0 else 0)
     if stride * n_clones >= 2**62:
         raise ConfigError("user ids too large to clone disjointly",
                           hint="remap user ids to a dense range first")  # fmt: skip
