@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from brute import coeff_latency
+from conftest import small_table
 
+from helm_plan import arrays as A
+from helm_plan.errors import ConfigError
 from helm_plan.latency.model import TERMS
+from helm_plan.profiles import load_gpu, load_model
+from helm_plan.sim import metrics, prepare_context, simulate_node
 from helm_plan.sim.config import NodeConfig
 from helm_plan.sim.node import collect
-from helm_plan.sim.step import WindowResult
+from helm_plan.sim.policy import Policy
+from helm_plan.sim.step import NodeRunner, WindowResult
 
 
 def _w(i, first, soj, r, *, look, miss, reused, ctx, last, miss_b, pre, blocked, **kw):
@@ -132,3 +139,66 @@ def test_compact_drops_per_request_arrays_but_sojourns():
     np.testing.assert_array_equal(c.sojourn_s, res.sojourn_s)
     np.testing.assert_array_equal(c.window_idx, res.window_idx)
     assert c.p99_ms == res.p99_ms and c.windows.equals(res.windows)
+
+
+# ---------------------------------------------------------------- simulate_node's loop
+
+
+def _small_ctx():
+    table = small_table(120, n_users=12, n_items=60, rate_qps=8.0, seed=4)  # ~15 s of arrivals
+    g, m = load_gpu("a100-80g"), load_model("gr-small")
+    return prepare_context(A.from_table(table), g, m, coeff_latency(), pool_bytes=2**22)
+
+
+class Recorder(Policy):
+    """Records what it is shown and answers 0.1, 0.2, ... by window."""
+
+    def __init__(self):
+        self.seen, self.resets = [], 0
+
+    def reset(self):
+        self.resets += 1
+
+    def decide(self, obs):
+        self.seen.append(obs)
+        return 0.1 * (obs.window + 1)
+
+    @property
+    def spec(self):
+        return "rec"
+
+
+def test_simulate_node_shows_each_policy_decision_the_previous_window():
+    ctx, cfg = _small_ctx(), NodeConfig(window_s=5.0, warmup_windows=0, refill="lazy")
+    pol = Recorder()
+    res = simulate_node(ctx, pol, cfg)
+    n_w = NodeRunner(ctx, cfg).n_windows
+    assert n_w >= 3 and pol.resets == 1 and [o.window for o in pol.seen] == list(range(n_w))
+    feats = metrics.window_features(ctx.arrays.ts_s, ctx.edges(5.0), 5.0, ctx.first_visit,
+                                    ctx.ctx_len)  # fmt: skip
+    for w, o in enumerate(pol.seen):
+        if w == 0:  # nothing measured yet: NaN ratio, no window, no features
+            assert np.isnan(o.ratio) and o.last is None and o.features == {}
+            continue
+        assert o.ratio == pytest.approx(0.1 * w)  # what the node ran at in window w - 1
+        assert o.last.window == w - 1 and o.last.ratio == pytest.approx(0.1 * w)
+        assert o.features == {k: float(v[w - 1]) for k, v in feats.items()}
+    np.testing.assert_allclose(res.ratios, 0.1 * np.arange(1, n_w + 1))
+
+
+def test_simulate_node_ratio_arrays():
+    ctx, cfg = _small_ctx(), NodeConfig(window_s=5.0, warmup_windows=0, refill="lazy")
+    n_w = NodeRunner(ctx, cfg).n_windows
+    per = np.linspace(0.1, 0.9, n_w)
+    # a column of ratios (n_w x 1) is read as one per window; a single one holds for all
+    np.testing.assert_allclose(simulate_node(ctx, per[:, None], cfg).ratios, per)
+    np.testing.assert_allclose(simulate_node(ctx, [0.25], cfg).ratios, np.full(n_w, 0.25))
+    np.testing.assert_allclose(simulate_node(ctx, np.array([1, 0] * n_w)[:n_w], cfg).ratios,
+                               np.array([1.0, 0.0] * n_w)[:n_w])  # fmt: skip
+    with pytest.raises(ConfigError, match=f"ratios_per_window has 2 entries but the trace has "
+                       f"{n_w} windows of 5.0 s") as e:  # fmt: skip
+        simulate_node(ctx, [0.1, 0.2], cfg)
+    assert e.value.hint == "pass one ratio per window, or one for all"
+    # a trace of a single window takes a single ratio as its one entry
+    one = NodeConfig(window_s=1000.0, warmup_windows=0, refill="lazy")
+    assert simulate_node(ctx, 0.5, one).ratios.tolist() == [0.5]
