@@ -199,6 +199,9 @@ def test_simulate_node_ratio_arrays():
                        f"{n_w} windows of 5.0 s") as e:  # fmt: skip
         simulate_node(ctx, [0.1, 0.2], cfg)
     assert e.value.hint == "pass one ratio per window, or one for all"
-    # a trace of a single window takes a single ratio as its one entry
+    # a trace of a single window takes a single ratio as its one entry; two windows share it
     one = NodeConfig(window_s=1000.0, warmup_windows=0, refill="lazy")
     assert simulate_node(ctx, 0.5, one).ratios.tolist() == [0.5]
+    two = NodeConfig(window_s=10.0, warmup_windows=0, refill="lazy")
+    assert NodeRunner(ctx, two).n_windows == 2
+    assert simulate_node(ctx, 0.5, two).ratios.tolist() == [0.5, 0.5]
