@@ -25,27 +25,29 @@ from helm_plan.sim.step import NodeRunner, WindowResult
 
 def _w(i, first, soj, r, *, look, miss, reused, ctx, last, miss_b, pre, blocked, **kw):
     n = len(soj)
+    f, n32 = np.float32, np.int32  # narrow scalars too: the window table widens every column
     base = dict(
-        window=i, start_s=10.0 * i, end_s=10.0 * (i + 1), ratio=r, first=first,
+        window=i, start_s=f(10.0 * i), end_s=f(10.0 * (i + 1)), ratio=f(r), first=first,
         sojourn_s=np.array(soj, np.float32), service_s=np.arange(n, dtype=np.float32) / 8,
         n_computed=np.arange(n, dtype=np.int32) + 10 * i, n_reused=np.array(reused, np.int32),
         ctx_len=np.array(ctx, np.int32), n_cand=np.full(n, 4, np.int32),
         lookup_bytes=np.array(look, np.int32), miss_bytes_req=np.array(miss, np.int32),
         n_miss=np.arange(n, dtype=np.int32) + 100 * i, batch_size=np.ones(n, np.int64),
-        last_finish_s=last, p50_ms=1.0 + i, p99_ms=2.0 + i, slo_attainment=0.5 + i / 10,
-        mean_ms=1.5 + i, throughput_rps=3.0 + i, emb_hit_rate=0.25 * i, kv_reuse_rate=0.125 * i,
-        miss_bytes=miss_b, prefetch_bytes=pre, blocked_s=blocked,
+        last_finish_s=last, p50_ms=f(1.0 + i), p99_ms=f(2.0 + i), slo_attainment=f(0.5 + i / 8),
+        mean_ms=f(1.5 + i), throughput_rps=f(3.0 + i), emb_hit_rate=f(0.25 * i),
+        kv_reuse_rate=f(0.125 * i), miss_bytes=n32(miss_b), prefetch_bytes=n32(pre),
+        blocked_s=f(blocked),
         term_s={k: float(j + i) for j, k in enumerate(TERMS)},
     )  # fmt: skip
     return WindowResult(**(base | kw))
 
 
 def _windows():
-    w0 = _w(0, 0, [0.5, 0.25], 0.2, look=[100, 60], miss=[100, 60], reused=[0, 0], ctx=[8, 8],
+    w0 = _w(0, 0, [0.5, 0.25], 0.25, look=[100, 60], miss=[100, 60], reused=[0, 0], ctx=[8, 8],
             last=9.0, miss_b=1000, pre=7, blocked=0.5)  # fmt: skip
-    w1 = _w(1, 2, [0.001, 0.002, 0.004], 0.4, look=[40, 40, 20], miss=[10, 0, 5],
+    w1 = _w(1, 2, [0.001, 0.002, 0.004], 0.5, look=[40, 40, 20], miss=[10, 0, 5],
             reused=[4, 0, 2], ctx=[8, 4, 4], last=13.5, miss_b=15, pre=3, blocked=0.25)  # fmt: skip
-    w2 = _w(2, -1, [], 0.6, look=[], miss=[], reused=[], ctx=[], last=99.0, miss_b=0, pre=11,
+    w2 = _w(2, -1, [], 0.75, look=[], miss=[], reused=[], ctx=[], last=99.0, miss_b=0, pre=11,
             blocked=0.125)  # fmt: skip
     return [w0, w1, w2]
 
@@ -67,7 +69,8 @@ def test_collect_concatenates_widens_and_indexes_requests():
     assert res.batch_size.dtype == np.int32
     np.testing.assert_array_equal(res.window_idx, [0, 0, 1, 1, 1])
     assert res.window_idx.dtype == np.int64
-    np.testing.assert_array_equal(res.ratios, [0.2, 0.4, 0.6])
+    np.testing.assert_array_equal(res.ratios, [0.25, 0.5, 0.75])
+    assert res.ratios.dtype == np.float64
 
 
 def test_collect_window_table():
@@ -77,8 +80,8 @@ def test_collect_window_table():
                          "h2d_bytes", "prefetch_bytes", "blocked_ms", "measured"]  # fmt: skip
     want = {
         "window": [0, 1, 2], "start_s": [0.0, 10.0, 20.0], "end_s": [10.0, 20.0, 30.0],
-        "ratio": [0.2, 0.4, 0.6], "requests": [2, 3, 0], "p50_ms": [1.0, 2.0, 3.0],
-        "p99_ms": [2.0, 3.0, 4.0], "slo_attainment": [0.5, 0.6, 0.7],
+        "ratio": [0.25, 0.5, 0.75], "requests": [2, 3, 0], "p50_ms": [1.0, 2.0, 3.0],
+        "p99_ms": [2.0, 3.0, 4.0], "slo_attainment": [0.5, 0.625, 0.75],
         "throughput_rps": [3.0, 4.0, 5.0], "emb_hit_rate": [0.0, 0.25, 0.5],
         "kv_reuse_rate": [0.0, 0.125, 0.25], "h2d_bytes": [1007, 18, 11],
         "prefetch_bytes": [7, 3, 11], "blocked_ms": [500.0, 250.0, 125.0],
@@ -87,6 +90,8 @@ def test_collect_window_table():
     assert t.to_dict(as_series=False) == want
     ints = ("window", "requests", "h2d_bytes", "prefetch_bytes")
     assert {c: str(t[c].dtype) for c in ints} == dict.fromkeys(ints, "Int64")
+    floats = [c for c in t.columns if c not in ints and c != "measured"]
+    assert {c: str(t[c].dtype) for c in floats} == dict.fromkeys(floats, "Float64")
 
 
 def test_collect_figures_exclude_the_warm_up_window():
