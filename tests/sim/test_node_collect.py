@@ -37,7 +37,7 @@ def _w(i, first, soj, r, *, look, miss, reused, ctx, last, miss_b, pre, blocked,
         mean_ms=f(1.5 + i), throughput_rps=f(3.0 + i), emb_hit_rate=f(0.25 * i),
         kv_reuse_rate=f(0.125 * i), miss_bytes=n32(miss_b), prefetch_bytes=n32(pre),
         blocked_s=f(blocked),
-        term_s={k: float(j + i) for j, k in enumerate(TERMS)},
+        term_s={k: f(j + i) for j, k in enumerate(TERMS)},
     )  # fmt: skip
     return WindowResult(**(base | kw))
 
