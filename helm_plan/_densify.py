@@ -34,8 +34,19 @@ Batches = Callable[[], Iterable[Any]]
 """A factory of record batches (``pa.RecordBatch`` or ``pa.Table``): called once per pass."""
 
 
-def densify(batches: Batches, *, has_candidates: bool, has_latency: bool) -> dict[str, Any]:
-    """The fields of :class:`~helm_plan.arrays.TraceArrays` (less seeds) from ``batches``."""
+def densify(
+    batches: Batches,
+    *,
+    has_candidates: bool,
+    has_latency: bool,
+    id_batches: Batches | None = None,
+) -> dict[str, Any]:
+    """The fields of :class:`~helm_plan.arrays.TraceArrays` (less seeds) from ``batches``.
+
+    Pass 1 reads every column of ``batches``; pass 2 reads only the id lists
+    (``new_items``, ``candidates``), from ``id_batches`` when given (a file source
+    that re-reads just those columns), else from ``batches`` again.
+    """
     ts, users, n_new, ncand, lat = [], [], [], [], []
     items = _DistinctIds()
     for b in batches():
@@ -70,7 +81,7 @@ def densify(batches: Batches, *, has_candidates: bool, has_latency: bool) -> dic
     else:
         cand_offsets, cand_values = np.zeros(1, np.int64), np.zeros(0, np.int32)
     t = c = 0
-    for b in batches():
+    for b in (id_batches or batches)():
         flat = pc.list_flatten(_list(b.column("new_items")))
         tok_stream[t : t + len(flat)] = to_dense(flat)
         t += len(flat)

@@ -108,24 +108,31 @@ def from_file(
     _check_window(candidate_window_tokens)
     names = trace.column_names(path)
     lists = [c for c in ("new_items", "candidates") if c in names]
-    passes = iter(range(2))
 
-    def batches() -> Iterator[pa.Table]:
-        # pass 1 validates every column; pass 2 re-reads only the id lists it maps
-        if next(passes) == 0:
-            return trace.iter_batches(path, batch_rows=batch_rows)
+    def checked() -> Iterator[pa.Table]:  # pass 1 validates every column
+        return trace.iter_batches(path, batch_rows=batch_rows)
+
+    def id_lists() -> Iterator[pa.Table]:  # pass 2 re-reads only the id lists it maps
         return trace.iter_batches(path, columns=lists, batch_rows=batch_rows, check=False)
 
-    return _build(batches, names, seed, candidate_window_tokens)
+    return _build(checked, names, seed, candidate_window_tokens, id_batches=id_lists)
 
 
 def _build(
-    batches: Batches, names: list[str], seed: int, candidate_window_tokens: int
+    batches: Batches,
+    names: list[str],
+    seed: int,
+    candidate_window_tokens: int,
+    id_batches: Batches | None = None,
 ) -> TraceArrays:
+    fields = densify(
+        batches,
+        has_candidates="candidates" in names,
+        has_latency="latency_ms" in names,
+        id_batches=id_batches,
+    )
     return TraceArrays(
-        **densify(batches, has_candidates="candidates" in names, has_latency="latency_ms" in names),
-        candidate_seed=int(seed),
-        candidate_window_tokens=int(candidate_window_tokens),
+        **fields, candidate_seed=int(seed), candidate_window_tokens=int(candidate_window_tokens)
     )
 
 
