@@ -102,7 +102,8 @@ def test_unit_lru_hit_counts_by_hand():
     assert stack.lru_hit_counts(UNIT_IDS).tolist() == [0, 0, 1, 3]
     # n_ids larger than the stream's ids: capacities up to n_ids
     assert stack.lru_hit_counts(UNIT_IDS, 5).tolist() == [0, 0, 1, 3, 3, 3]
-    assert stack.stack_distances(UNIT_IDS).tolist() == [0, 0, 2, 0, 3, 3]
+    d = stack.stack_distances(UNIT_IDS)
+    assert d.dtype == np.int64 and d.tolist() == [0, 0, 2, 0, 3, 3]  # integer distances
     assert stack.lru_hit_counts(np.zeros(0, np.int32)).tolist() == [0]
 
 
