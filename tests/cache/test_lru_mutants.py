@@ -3,7 +3,8 @@
 Pins what the brute-force comparison in ``test_stack.py`` leaves open: the exact figures of
 an empty and a one-access stream (both counts), a sized and a unit LRU worked by hand, the
 negative-capacity error's message and hint, and that an ``n_ids`` smaller than the stream's
-id space is refused (by ``emb_lru`` and ``emb_lru_misses``) instead of inferred.
+id space is refused (by ``emb_lru`` and ``emb_lru_misses``) instead of inferred, and that the
+position array handed to the kernel can hold the positions of a stream past 2**31 accesses.
 """
 
 from __future__ import annotations
@@ -58,3 +59,26 @@ def test_n_ids_smaller_than_the_stream_is_refused():
         lru.emb_lru_misses(np.array([5, 1]), 4, 3)
     # a larger id space than the stream uses is fine
     assert lru.emb_lru_misses(np.array([5, 1, 5]), 4, 100) == 2
+
+
+@pytest.mark.parametrize("n", [2**31 - 1, 2**31 + 1, 2**32 + 1])
+def test_log_positions_fit_streams_past_int32(monkeypatch, n):
+    """The kernel stores log positions 0..len-1 in ``last``: its dtype must hold them.
+
+    A zero-stride view stands in for a stream of ``n`` accesses (no memory), and the kernel
+    is replaced by a spy, so only the array ``emb_lru`` hands it is checked.
+    """
+    seen = {}
+
+    def spy(ids, sizes, last, cap):
+        seen["len"], seen["last"] = len(ids), last
+        return 0, 0
+
+    monkeypatch.setattr(lru, "as_ids", lambda ids, n_ids: (ids, 1))
+    monkeypatch.setattr(lru, "stream_sizes", lambda ids, kb, sizes: ids)
+    monkeypatch.setattr(lru, "_lru_log", spy)
+    stream = np.broadcast_to(np.int32(0), (n,))
+    assert lru.emb_lru(stream, 1) == (0, 0)
+    assert seen["len"] == n
+    assert seen["last"].shape == (1,) and seen["last"][0] < 0  # one key, not cached yet
+    assert np.iinfo(seen["last"].dtype).max >= n - 1
