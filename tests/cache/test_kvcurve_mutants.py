@@ -3,7 +3,7 @@
 Pins the one-pass distances, reuses and contexts of a trace whose KV LRU is replayed
 by hand (including a distance that needs the running maximum of what sits above a user),
 ``reused_at`` at every capacity around them, ``binned_reuse`` per window (also when the
-last window has no request past the grid), ``kv_reuse_exact`` by hand at capacities below
+last window has no request past the grid, or no request at all), ``kv_reuse_exact`` by hand at capacities below
 and above the largest context, its error text, the empty capacity list, and the
 documented int64 outputs.
 """
@@ -80,6 +80,10 @@ def test_binned_reuse_per_window_by_hand():
     reused, ctx = kvcurve.binned_reuse(kd, np.array(grid), np.array([0, 4, 5]))
     assert reused.tolist() == [[0, 2, 2, 2], [0, 0, 3, 3]]
     assert ctx.tolist() == [2 + 3 + 3 + 1, 4]
+    # an empty window at the end still gets its row and its 0 context tokens
+    reused, ctx = kvcurve.binned_reuse(kd, np.array(grid), np.array([0, 5, 5]))
+    assert reused.tolist() == [[0, 2, 5, 5], [0, 0, 0, 0]]
+    assert ctx.tolist() == [13, 0]
     # one window: the whole trace
     reused, ctx = kvcurve.binned_reuse(kd, np.array([6, 7]), np.array([0, 5]))
     assert reused.tolist() == [[2, 5]] and ctx.tolist() == [13]
