@@ -111,6 +111,11 @@ def test_tiny_trace_curves_by_hand():
     # the whole-trace figures from a Workload are the same
     wl = core.Workload.of(_tiny_arrays(), M1)
     assert C.compute_curves(wl, GPU, M1, POOL, CFG).table.equals(t)
+    # 2-second windows: [0, 2) holds r0 and r1, [2, 4) holds r2
+    two = C.compute_curves(wl, GPU, M1, POOL, C.CurvesConfig(window_s=2.0, ratio=0.25, n_points=3))
+    g = two.curve("kv", 1)
+    assert g["window_start_s"][0] == 2.0 and g["window_end_s"][0] == 4.0
+    assert two.curve("kv")["window_end_s"][0] == 3.0  # the whole trace ends at its last request
     # curve() and hit_rate_at() read one kind and window
     assert cv.curve("kv", 3)["hit_rate"].to_list() == [0, 0, 0, 1, 1]
     assert cv.hit_rate_at("kv", 0.375, 3) == pytest.approx(0.5)  # halfway from 16 to 32 bytes
