@@ -54,6 +54,7 @@ class Ctx:
 class FakeRunner:
     made: list = []
     steps = 0
+    p99 = staticmethod(p99)
 
     def __init__(self, ctx, cfg):
         self.ctx, self.cfg = ctx, cfg
@@ -72,7 +73,7 @@ class FakeRunner:
     def step(self, r):
         assert self.ctx is not None, "a node stepped without its trace"
         FakeRunner.steps += 1
-        res = Res(self.window, r, p99(self.window, r, self.ratio))
+        res = Res(self.window, r, FakeRunner.p99(self.window, r, self.ratio))
         self.history.append(r)
         self.ratio = r
         self.window += 1
@@ -91,6 +92,7 @@ class Collected:
 def fake(monkeypatch):
     FakeRunner.made = []
     FakeRunner.steps = 0
+    FakeRunner.p99 = staticmethod(p99)
     seeds = []
     real_search = carry.search
 
@@ -257,3 +259,14 @@ def test_step_task_steps_a_fork_and_leaves_the_detached_node(fake):
     assert (res.window, res.r) == (1, 0.25)
     assert res.p99_ms == p99(1, 0.25, 0.5)
     assert detached.ctx is None and detached.window == 1 and detached.history == [0.5]
+
+
+def test_a_tie_goes_to_the_ratio_the_node_runs_at_without_a_replay(fake):
+    # window 0 is best at 1.0; window 1 is flat: every r ties, so r* stays at 1.0, which
+    # the search also kept as its best fork (ranked with prev_r), so nothing is replayed
+    FakeRunner.p99 = staticmethod(lambda w, r, prev: (r - 1.0) ** 2 if w == 0 else 10.0)
+    _, calls, rows, run = _run([0, 3, 6])
+    assert [row["r_star"] for row in rows] == [1.0, 1.0]
+    assert calls[1][3] == 1.0
+    assert FakeRunner.steps == 2 * len(GRID)
+    assert [s.r for s in run[1].served] == [1.0, 1.0]

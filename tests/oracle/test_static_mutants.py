@@ -125,11 +125,13 @@ def _p99(r):
 
 
 def test_best_static_on_a_grid_worked_by_hand(curve):
-    box, _ = curve
+    box, calls = curve
     box["f"] = lambda r: (_p99(r), 0.9 if r < 0.45 else 0.8, r)
     ocfg = OracleConfig(grid_step=0.1, coarse_step=0.5)
     seen = []
-    bs = st.best_static(object(), NCFG, ocfg, progress=lambda d, t: seen.append((d, t)))
+    ctx = object()
+    bs = st.best_static(ctx, NCFG, ocfg, progress=lambda d, t: seen.append((d, t)))
+    assert all(c[0] is ctx and c[2] is NCFG for c in calls)
     # first points: the 0.1 grid, the 0.5 coarse grid and the edge points 0.02, 0.98
     rs = [0.0, 0.02, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.98, 1.0]
     assert bs.evaluated["r"].to_list() == rs
@@ -194,6 +196,13 @@ def test_best_static_golden_without_a_ratio_step_uses_0_01(curve):
     box["f"] = lambda r: (r - 0.37) ** 2
     bs = st.best_static(object(), NCFG, OracleConfig(coarse_step=0.5, ratio_step=None))
     assert bs.ratio == 0.37 and bs.method == "golden"
+
+
+def test_best_static_maps_over_the_given_executor(curve):
+    ex = Recording()
+    bs = st.best_static(object(), NCFG, OracleConfig(grid_step=0.5, coarse_step=0.5), executor=ex)
+    assert bs.ratio == 0.5 and len(ex.maps) == 1
+    assert ex.maps[0]["items"] == [0.0, 0.02, 0.5, 0.98, 1.0]
 
 
 def test_best_static_reuses_a_given_memo(curve):
@@ -332,3 +341,35 @@ def test_refine_one_step_to_the_left_when_the_golden_probe_leaves_the_bracket():
     calls.clear()
     st.refine(evals, f, 0.5)
     assert calls == [0.5]
+
+
+def test_refine_from_the_bottom_edge():
+    calls = []
+
+    def f(r):
+        calls.append(r)
+        return ((r - 0.13) ** 2, 1.0, 0.0)
+
+    # best 0.0 (the lowest evaluated r): left is 0.0 itself, right 0.6 -> 0.229 -> 0.2
+    # best 0.2: gaps 0.2/0.4 -> right: 0.353 -> 0.4
+    # best 0.2: gaps 0.2/0.2 -> left: 0.124 -> 0.1
+    # best 0.1: gaps 0.1/0.1 -> 0.062 -> 0.1 (known); 0.1 - 0 is not > 0.1 -> 0.2 known: stop
+    evals = {r: f(r) for r in (0.0, 0.6, 1.0)}
+    calls.clear()
+    st.refine(evals, f, 0.1)
+    assert calls == [0.2, 0.4, 0.1]
+
+
+def test_refine_one_step_right_when_the_left_gap_is_one_step():
+    calls = []
+
+    def f(r):
+        calls.append(r)
+        return (abs(r - 0.75), 1.0, 0.0)
+
+    # best 0.7 between 0.6 and 0.82 (off the lattice): golden 0.7 + 0.382·0.12 = 0.746 -> 0.7
+    # (known); the left gap is one step (not more), so one step right: 0.8, inside: probe
+    evals = {r: f(r) for r in (0.6, 0.7, 0.82)}
+    calls.clear()
+    st.refine(evals, f, 0.1)
+    assert calls == [0.8]
