@@ -373,3 +373,24 @@ def test_refine_one_step_right_when_the_left_gap_is_one_step():
     calls.clear()
     st.refine(evals, f, 0.1)
     assert calls == [0.8]
+
+
+def test_static_runs_keys_are_rounded_to_nine_digits(curve):
+    memo = st.StaticRuns(object(), NCFG)
+    (got,) = memo.get([0.1234567891])
+    assert list(memo.runs) == [0.123456789] and got.r == 0.123456789
+
+
+def test_refine_snaps_to_nine_digits_below_a_nano_step():
+    calls = []
+
+    def f(r):
+        calls.append(r)
+        return (abs(r - 0.5), 1.0, 0.0)
+
+    # best 0.5 between 0 and 1: 0.5 - 0.381966011·0.5 = 0.3090169944..., on the 1e-10
+    # lattice, then rounded to 9 digits: 0.309016994
+    evals = {r: f(r) for r in (0.0, 0.5, 1.0)}
+    calls.clear()
+    st.refine(evals, f, 1e-10)
+    assert calls[0] == 0.309016994
