@@ -394,3 +394,26 @@ def test_refine_snaps_to_nine_digits_below_a_nano_step():
     calls.clear()
     st.refine(evals, f, 1e-10)
     assert calls[0] == 0.309016994
+
+
+def test_refine_one_step_left_needs_a_gap_above_step_plus_1e_12():
+    def run(left):
+        calls = []
+
+        def f(r):
+            calls.append(r)
+            return (abs(r - 0.5), 1.0, 0.0)
+
+        evals = {r: f(r) for r in (left, 0.5, 0.6)}
+        calls.clear()
+        st.refine(evals, f, 0.25)
+        return calls
+
+    # best 0.5, right 0.6: the golden probe into the left gap snaps back to 0.5 (known).
+    # A left gap of 0.3 > 0.25 + 1e-12: one step left, 0.25, inside: probe it; then the
+    # left gap is one step, one step right is 0.75, outside (0.6): stop
+    assert run(0.2) == [0.25]
+    # a left gap of exactly 0.25 + 1e-12 is not above it: one step right, 0.75, outside: stop
+    left = 0.5 - (0.25 + 1e-12)
+    assert 0.5 - left == 0.25 + 1e-12
+    assert run(left) == []
