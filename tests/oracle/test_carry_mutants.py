@@ -236,6 +236,11 @@ def test_first_points_are_mapped_over_a_multi_worker_executor(fake):
     assert m["label"](0.5) == "window 3 at r=0.5"
     sctx, detached = m["shared"]
     assert isinstance(sctx, Ctx) and detached.ctx is None and detached.window == 3
+    # the workers' windows reach the label row: each grid point's result from the carried node
+    for w in (0, 2):
+        prev = float("nan") if w == 0 else sched[w - 1]
+        assert sorted(calls[w][2]) == GRID
+        assert all(calls[w][2][r].p99_ms == p99(w, r, prev) for r in GRID)
     # every grid point came from a worker: the carried node steps once more, to r*
     assert FakeRunner.steps == 4 * len(GRID) + 4
     assert FakeRunner.made[0].ctx is ctx  # the carried node keeps its trace
