@@ -253,6 +253,7 @@ def test_label_windows_in_carry_mode(monkeypatch):
     assert t["window"].to_list() == [0, 1, 2, 3]  # sorted by window
     r_star = t["r_star"].to_numpy()
     assert r_star[0] == 0.0 and r_star[2] == 1.0 and math.isnan(r_star[1])
+    assert t["n_evals"].to_list() == [3, 0, 3, 0]  # the empty rows are windows 1 and 3
     assert t["h2d_util"][0] == 300 / (50.0 * 2.0)
     assert t["flatness"][0] == 1.0  # three equal P99s: the band is [0, 1]
     assert t["warmup_start_s"].to_list() == [0.0] * 4  # the whole past warms every window
