@@ -261,3 +261,13 @@ def test_label_windows_in_carry_mode(monkeypatch):
     assert t.columns[: len(HEAD)] == HEAD and set(t.columns[len(HEAD) :]) == GRID_COLS
     assert lab.schedule_run == "the run"
     assert lab.coarse_grid == (0.0, 0.5, 1.0)
+
+
+def test_label_windows_time_columns_are_float_for_an_int_window(spans):
+    # NodeConfig takes window_s=2 (an int): the bounds and warm-up starts stay Float64
+    ctx, ncfg = _ctx(TS, EDGES), NodeConfig(window_s=2)
+    ocfg = OracleConfig(grid_step=0.5, coarse_step=0.5, warmup="window", warmup_windows=1)
+    t = lb.label_windows(ctx, ncfg, ocfg).table
+    for col, want in (("start_s", [0, 2, 4, 6]), ("end_s", [2, 4, 6, 8]),
+                      ("warmup_start_s", [0, 0, 2, 4])):  # fmt: skip
+        assert t[col].dtype == pl.Float64 and t[col].to_list() == want
