@@ -159,8 +159,12 @@ def test_span_bounds(span, ok):
 
 @pytest.mark.parametrize("ratio", [-0.01, 1.01])
 def test_ratio_out_of_range(ratio):
-    with pytest.raises(ConfigError, match=r"ratio must be in \[0.0, 1.0\]"):
+    with pytest.raises(ConfigError) as e:
         replay_span(_ctx(), ratio, 0, 0, 5, NodeConfig())
+    assert (
+        e.value.one_line()
+        == f"ratio must be in [0.0, 1.0], got {ratio}; pass --ratio in [0.0, 1.0]"
+    )
     for ok in (0.0, 1.0):
         _, soj = replay_span(_ctx(), ok, 0, 0, 5, NodeConfig())
         assert len(soj) == 5
