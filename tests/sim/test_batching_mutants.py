@@ -240,3 +240,42 @@ def test_batch_terms_by_hand(bmax, timeout):
         assert type(got[k]) is float
         assert got[k] == pytest.approx(want[k], rel=1e-12), k
     assert want["h2d"] > 0 and want["compute"] > 0
+
+
+def test_default_timeout_is_zero():
+    # batch_max 2 without a timeout: each request closes its batch on arrival
+    z = [np.zeros(2)] * 5
+    q = serve(np.array([0.0, 1e-4]), *z, SIMPLE, batch_max=2)
+    assert q.batch_size.tolist() == [1, 1] and q.start_s.tolist() == [0.0, 1.5e-3]
+
+
+def test_integer_backlog_and_ids_keep_their_types():
+    # free times given as integers: the streams' new free times are fractional seconds
+    z = [np.zeros(3)] * 5
+    q = serve(np.array([0.0, 0.5, 3.2]), *z, SIMPLE, slots=2, free_at_s=np.array([1, 0]))
+    # r0 -> stream 1 (free at 0): 0 -> 1.5 ms; r1 (0.5 s) -> stream 1 again: 0.5 -> 0.5015 s;
+    # r2 (3.2 s) -> stream 1, which frees before stream 0 (1 s): 3.2 -> 3.2015 s
+    np.testing.assert_allclose(q.start_s, [0.0, 0.5, 3.2])
+    assert q.free_at_s.dtype == np.float64
+    np.testing.assert_allclose(q.free_at_s, [1.0, 3.2015])
+    assert q.batch_id.dtype == np.int64 and q.batch_id.tolist() == [0, 1, 2]
+
+
+def test_float32_token_counts_are_summed_in_float64():
+    # 16777218 + 1 is not a float32 number: the batch's tokens must be counted exactly
+    c = np.zeros(len(COEFFS))
+    c[COEFFS.index("dense_s_per_token")] = 1.0
+    for k in ("hbm_bw_Bps", "h2d_bw_Bps", "host_gather_Bps"):
+        c[COEFFS.index(k)] = np.inf
+    n_comp = np.array([16777218.0], np.float32)
+    cols = [n_comp, n_comp, np.array([1.0], np.float32), np.zeros(1), np.zeros(1)]
+    q = serve(np.zeros(1), *cols, c)
+    assert q.service_s[0] == 16777219.0
+
+
+def test_batch_terms_of_a_single_request():
+    arr, cols, share = _span(1, 5)
+    q = serve(arr, *cols, CV, h2d_share=share)
+    t = batch_terms(q, *cols, share, LAT)
+    assert t["launch"] == C["t_launch_s"] and t["request"] == C["t_request_s"]
+    assert sum(t.values()) == pytest.approx(q.service_s[0], rel=1e-12)
