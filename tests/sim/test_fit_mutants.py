@@ -148,3 +148,37 @@ def test_fit_config_boundaries_and_defaults():
     d = FitConfig()
     assert (d.gpu, d.model, d.latency, d.ratio) == ("a100-80g", "gr-small", None, 0.5)
     assert (d.pool_bytes, d.pool_fraction, d.holdout_fraction, d.seed) == (None, None, 0.2, 0)
+
+
+def test_fit_trace_draws_implicit_candidates_with_its_seed(tmp_path):
+    bare = small_table(N, n_users=10, n_items=50, max_new=4, seed=8, with_candidates=False)
+    lat = np.random.default_rng(2).uniform(1.0, 3.0, N)
+    path = tmp_path / "bare.parquet"
+    trace.write(bare.append_column("latency_ms", pa.array(lat)), path, {"source": "test"})
+    m = load_model("gr-small")
+
+    def preds(seed):
+        return predictors_from_trace(Workload.of(A.from_table(bare, seed=seed), m), m,
+                                     ratio=0.5, pool_bytes=POOL)  # fmt: skip
+
+    assert not np.array_equal(preds(3)["miss_bytes"], preds(0)["miss_bytes"])
+    tf = fit_trace(path, FitConfig(pool_bytes=POOL, seed=3))
+    want = fit_observed(lat, preds(3), base=tf.base, seed=3)
+    assert tf.fit.coefficients == want.coefficients
+
+
+def test_the_source_date_is_the_utc_date(tmp_path, monkeypatch):
+    import time
+
+    path = _latency_trace(tmp_path)
+    now = dt.datetime.now(dt.UTC)
+    # a zone 12 h away from UTC, on the other side of midnight from UTC now
+    monkeypatch.setenv("TZ", "Etc/GMT+12" if now.hour < 12 else "Etc/GMT-12")
+    time.tzset()
+    try:
+        assert dt.datetime.now().date() != now.date()  # the local date differs here
+        src = fit_trace(path, FitConfig(pool_bytes=POOL)).profile.source
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert f", {dt.datetime.now(dt.UTC).date().isoformat()}, helm-plan" in src

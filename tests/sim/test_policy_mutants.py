@@ -129,4 +129,5 @@ def test_fill_forward_empty_and_all_nan() -> None:
 def test_fill_forward_infinite_counts_as_missing() -> None:
     # "finite" ratios: an infinite one is replaced like a NaN
     assert fill_forward(np.array([0.2, math.inf, 0.4])).tolist() == [0.2, 0.2, 0.4]
-    assert fill_forward(np.array([1, 0])).tolist() == [1.0, 0.0]
+    ints = fill_forward(np.array([1, 0]))
+    assert ints.dtype == np.float64 and ints.tolist() == [1.0, 0.0]
