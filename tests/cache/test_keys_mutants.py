@@ -10,6 +10,7 @@ of the (table, row) pairs in table order then row order, and the documented dtyp
 from __future__ import annotations
 
 import hashlib
+import warnings
 
 import numpy as np
 
@@ -47,6 +48,15 @@ def test_splitmix64_matches_python_ints_on_edge_values():
     assert int(splitmix64([7])[0]) == _splitmix(7)
 
 
+def test_splitmix64_of_a_scalar_wraps_silently():
+    # numpy warns on scalar overflow unless told not to: the multiplications must wrap mod
+    # 2**64 without a RuntimeWarning (arrays never warn, so only a scalar shows it)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = splitmix64(np.uint64(M64))
+    assert int(got) == _splitmix(M64)
+
+
 def test_table_rows_identity_is_dense_and_hash_uses_the_salted_splitmix():
     tabs = [
         EmbTable("item", dim=2, dtype_bytes=1),
@@ -62,6 +72,9 @@ def test_table_rows_identity_is_dense_and_hash_uses_the_salted_splitmix():
         assert rows[:, t].tolist() == want, name
     # two tables of the same size but different names hash differently (the salt)
     assert _salt("cat") != _salt("brand")
+    # narrower integer ids are widened to int64 first (a uint64 view needs 8 bytes)
+    narrow = table_rows(np.array(ids[:3], np.int32), _model(tabs))
+    assert narrow.tolist() == rows[:3].tolist()
 
 
 def test_emb_keys_numbers_pairs_table_by_table_hand_worked():
@@ -126,3 +139,5 @@ def test_emb_keys_of_a_model_without_tables_is_empty():
     assert k.key_bytes.dtype == np.int64 and k.key_table.dtype == np.int16
     assert k.item_keys.shape == (2, 0) and k.item_keys.dtype == np.int32
     assert k.hist_tables.tolist() == [] and k.table_bytes.tolist() == []
+    assert k.key_bytes.tolist() == [] and k.key_table.tolist() == []
+    assert k.table_bytes.dtype == np.int64  # not numpy's float64 of an empty list
