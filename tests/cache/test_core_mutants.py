@@ -59,6 +59,13 @@ def _outcomes(r):
                      r.miss_bytes, r.n_miss], axis=1).tolist()  # fmt: skip
 
 
+def _refused(call, message: str, hint: str) -> None:
+    """``call`` raises a ConfigError with exactly this message and hint (what the CLI prints)."""
+    with pytest.raises(ConfigError) as e:
+        call()
+    assert (str(e.value), e.value.hint) == (message, hint)
+
+
 def _check_orders(st, ref, raw, a):
     assert [raw[int(k)] for k in st.emb_lru_order()] == list(reversed(ref.emb))
     assert a.user_ids[st.kv_lru_order()].tolist() == list(reversed(ref.kv))
@@ -107,10 +114,11 @@ def test_prefetch_lands_by_ready_time_into_free_bytes_only():
     assert r.prefetched == done
     assert _outcomes(r) == want
     _check_orders(st, ref, raw, a)
-    with pytest.raises(ConfigError, match="prefetch_keys and prefetch_ready_s must have the"):
-        core.replay(wl, st, 0, 1, prefetch_keys=keys, prefetch_ready_s=ready[:-1])
-    with pytest.raises(ConfigError, match="must have the same length"):
-        core.replay(wl, st, 0, 1, prefetch_keys=keys)
+    msg = "prefetch_keys and prefetch_ready_s must have the same length"
+    hint = "pass one ready time per prefetched key"
+    _refused(lambda: core.replay(wl, st, 0, 1, prefetch_keys=keys, prefetch_ready_s=ready[:-1]),
+             msg, hint)  # fmt: skip
+    _refused(lambda: core.replay(wl, st, 0, 1, prefetch_keys=keys), msg, hint)
 
 
 def test_resize_returns_evictions_and_grows_the_log():
@@ -140,8 +148,8 @@ def test_resize_returns_evictions_and_grows_the_log():
     assert _outcomes(r) == [list(ref.request(u, n, c, None)) for u, n, c in reqs[60:]]
     _check_orders(st, ref, raw, a)
     assert (st.emb_capacity_bytes, st.kv_capacity_tokens) == (10_000, 500)
-    with pytest.raises(ConfigError, match="capacities must be >= 0, got emb_bytes=5, kv_tokens=-1"):
-        st.resize(5, -1)
+    _refused(lambda: st.resize(5, -1), "capacities must be >= 0, got emb_bytes=5, kv_tokens=-1",
+             "pass an EMB share in [0, 1] and a positive pool")  # fmt: skip
 
 
 def test_resize_counts_the_evicted_keys_and_users():
@@ -174,8 +182,9 @@ def test_empty_state_fields_and_dtypes():
     assert (st.emb_bytes_used, st.kv_tokens_used) == (0, 0)
     core.CacheState.empty(np.ones(2, np.int64), 1, 0, 0)  # zero capacities are allowed
     for emb, kv in ((-1, 0), (0, -1)):
-        with pytest.raises(ConfigError, match=f"got emb_bytes={emb}, kv_tokens={kv}"):
-            core.CacheState.empty(np.ones(2, np.int64), 1, emb, kv)
+        _refused(lambda e=emb, k=kv: core.CacheState.empty(np.ones(2, np.int64), 1, e, k),
+                 f"capacities must be >= 0, got emb_bytes={emb}, kv_tokens={kv}",
+                 "pass an EMB share in [0, 1] and a positive pool")  # fmt: skip
 
 
 def test_copy_is_deep_except_the_shared_key_bytes():
@@ -200,8 +209,9 @@ def test_log_slots_and_bounded_log_hand_worked():
     assert core.log_slots(5, np.array([1, 1, 1, 1, 1, 1])) == 2 * 5 + 1024
     assert core.log_slots(3, np.array([0, 5, 5, 5, 5])) == 2 * 3 + 1024  # 0 bytes counts as 1
     assert core.log_slots(10**6, np.zeros(0, np.int64)) == 1024
-    with pytest.raises(ConfigError, match="the EMB access log needs 2,147,483,648 slots"):
-        core._bounded_log(2**31)
+    _refused(lambda: core._bounded_log(2**31),
+             "the EMB access log needs 2,147,483,648 slots, more than int32 positions address",
+             "use fewer distinct EMB keys (a coarser key model) or a smaller pool")  # fmt: skip
 
 
 def test_capacities_and_new_state_hand_worked():
@@ -214,8 +224,8 @@ def test_capacities_and_new_state_hand_worked():
     emb, kv = core.capacities(0.5, 17, m)
     assert (emb, kv) == (8, 1) and type(emb) is int and type(kv) is int
     for bad in (-0.01, 1.01):
-        with pytest.raises(ConfigError, match=f"ratio must be in \\[0, 1\\], got {bad}"):
-            core.capacities(bad, 1000, m)
+        _refused(lambda b=bad: core.capacities(b, 1000, m), f"ratio must be in [0, 1], got {bad}",
+                 "pass r in [0, 1]")  # fmt: skip
     _, a, wl, _ = _setup(seed=10)
     st = core.new_state(wl, 0.3, 1001, m)
     assert (st.emb_capacity_bytes, st.kv_capacity_tokens) == (300, 87)
@@ -229,8 +239,9 @@ def test_workload_checks_the_slide_chunk():
         wl = core.Workload.of(a, _model(chunk=chunk))
         assert (wl.max_seq_len, wl.kv_slide_chunk) == (12, chunk)
     for chunk in (0, 13):
-        with pytest.raises(ConfigError, match=f"in \\[1, max_seq_len=12\\], got {chunk}"):
-            core.Workload.of(a, _model(chunk=chunk))
+        _refused(lambda c=chunk: core.Workload.of(a, _model(chunk=c)),
+                 f"kv_slide_chunk must be in [1, max_seq_len=12], got {chunk}",
+                 "fix the model profile")  # fmt: skip
     wl = core.Workload.of(a, _model(chunk=2))
     assert wl.n_keys == len(wl.keys.key_bytes) and wl.direct_bytes == 0
     one = core.Workload.of(a, _model([TABLES[0]]))
@@ -241,8 +252,9 @@ def test_replay_span_refusals_and_empty_span():
     _, a, wl, _ = _setup(n=30, seed=11)
     st = core.CacheState.empty(wl.keys.key_bytes, a.n_users, 50, 20)
     for s, e in ((-1, 5), (0, 31), (6, 5)):
-        with pytest.raises(ConfigError, match=f"span \\[{s}, {e}\\) is outside the trace of 30"):
-            core.replay(wl, st, s, e)
+        _refused(lambda s=s, e=e: core.replay(wl, st, s, e),
+                 f"span [{s}, {e}) is outside the trace of 30 requests",
+                 "pass request indices within the trace")  # fmt: skip
     before = core.REPLAYED["requests"]
     r = core.replay(wl, st, 30, 30)
     assert len(r.n_computed) == 0 and r.prefetched == 0
@@ -250,8 +262,9 @@ def test_replay_span_refusals_and_empty_span():
     r = core.replay(wl, st, 0, 30)
     assert len(r.n_computed) == 30
     for bad in (np.zeros(wl.n_keys, np.float64), np.zeros(wl.n_keys + 1, np.float32)):
-        with pytest.raises(ConfigError, match=f"one entry per key \\({wl.n_keys}\\)"):
-            core.replay(wl, st, 0, 5, counts=bad)
+        _refused(lambda b=bad: core.replay(wl, st, 0, 5, counts=b),
+                 f"counts must be float32 with one entry per key ({wl.n_keys})",
+                 "pass np.zeros(workload.n_keys, np.float32)")  # fmt: skip
 
 
 def test_kv_pass_and_lookup_stream_of_a_span_match_brute():
@@ -279,5 +292,6 @@ def test_kv_pass_and_lookup_stream_of_a_span_match_brute():
     assert [raw[int(k)] for k in ids] == [k for s in streams[40:] for k in s]
     ids2, offs2 = core.lookup_stream(wl, [w[0] for w in want[40:60]], 40, 60)
     assert ids2.tolist() == ids[: offs[20]].tolist() and offs2.tolist() == offs[:21].tolist()
-    with pytest.raises(ConfigError, match="n_computed has 3 entries for a span of 80"):
-        core.lookup_stream(wl, [1, 2, 3], 40)
+    _refused(lambda: core.lookup_stream(wl, [1, 2, 3], 40),
+             "n_computed has 3 entries for a span of 80",
+             "pass one computed-token count per request of the span")  # fmt: skip

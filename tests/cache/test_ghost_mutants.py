@@ -152,11 +152,17 @@ def test_grids_and_refusals():
     assert share_grid().tolist() == g.r_grid.tolist()
     assert share_grid(5).tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
     Ghost(wl, 1, 1)  # the smallest valid pool and token size
-    with pytest.raises(ConfigError, match="history_windows must be >= 0, got -1"):
+    # each refusal says what to pass instead (the hint the CLI prints after the message)
+    with pytest.raises(ConfigError, match="^history_windows must be >= 0, got -1$") as e:
         Ghost(wl, 1000, 3, history_windows=-1)
+    assert e.value.hint == "pass how many past windows the EMB ghost remembers"
     for pool, kvb in ((0, 3), (1000, 0), (-5, 3)):
-        with pytest.raises(ConfigError, match=f"must be positive, got {pool}, {kvb}"):
+        with pytest.raises(
+            ConfigError,
+            match=f"^pool_bytes and kv_bytes_per_token must be positive, got {pool}, {kvb}$",
+        ) as e:
             Ghost(wl, pool, kvb)
+        assert e.value.hint == "pass the node's pool and the model's KV bytes per token"
 
 
 def _curves(lb=2000.0, ct=400.0):
@@ -202,6 +208,7 @@ def test_gains_of_an_empty_window_and_of_no_split():
         assert gains(_curves(), r, 0.1, 1.0, 1.0) == NO_GAINS
     assert NO_GAINS.as_dict() == dict.fromkeys(out.as_dict(), 0.0)
     for delta in (0.0, 1.0, -0.1):
-        with pytest.raises(ConfigError, match=f"delta must be in \\(0, 1\\), got {delta}"):
+        with pytest.raises(ConfigError, match=f"^delta must be in \\(0, 1\\), got {delta}$") as e:
             gains(_curves(), 0.3, delta, 1.0, 1.0)
+        assert e.value.hint == "pass e.g. 0.05"
     assert gains(_curves(), 0.5, 0.999, 1.0, 1.0).emb_gain_up == pytest.approx(750 / 2000)
