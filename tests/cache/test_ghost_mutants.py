@@ -71,16 +71,21 @@ def _lru_hits(past: list[list[int]], cur: list[int], key_bytes, cap: int) -> int
     return hit
 
 
-@pytest.mark.parametrize("history", [0, 1, 2])
+@pytest.mark.parametrize("history", [None, 0, 1, 2])
 def test_emb_curve_is_the_lru_over_the_remembered_windows(history):
+    """``history=None``: the default, one remembered window."""
     wl = _workload()
     pool = 200
     n_comp = core.kv_pass(wl, 30).n_computed
     streams = _streams(wl, n_comp)
     kb = wl.keys.key_bytes
-    g = Ghost(wl, pool, MODEL.kv_bytes_per_token, history_windows=history)
+    if history is None:
+        g, history = Ghost(wl, pool, MODEL.kv_bytes_per_token), 1
+    else:
+        g = Ghost(wl, pool, MODEL.kv_bytes_per_token, history_windows=history)
     for w, (s, e) in enumerate(zip(EDGES[:-1], EDGES[1:], strict=True)):
         c = g.observe(s, e, n_comp[s:e])
+        np.testing.assert_array_equal(c.r_grid, SHARES)
         assert c.emb_hit_bytes.dtype == np.float64 and c.emb_hit_bytes.shape == (101,)
         past = streams[max(0, w - history) : w] if history else []
         want = [_lru_hits(past, streams[w], kb, int(np.floor(r * pool))) for r in SHARES]
