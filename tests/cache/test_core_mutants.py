@@ -74,6 +74,93 @@ def _check_orders(st, ref, raw, a):
     assert sorted(raw[int(k)] for k in np.flatnonzero(st.emb_resident)) == sorted(ref.emb)
 
 
+def test_empty_state_fields_and_dtypes():
+    st = core.CacheState.empty([3, 1, 2], 4, 10, 7)
+    assert st.key_bytes.dtype == np.int64 and st.key_bytes.tolist() == [3, 1, 2]
+    assert st.emb_last.dtype == np.int32 and st.emb_last.tolist() == [-1, -1, -1]
+    assert st.emb_qi.dtype == np.int32 and len(st.emb_qi) == 2 * 3 + 1024
+    assert not st.emb_qi.any()
+    assert st.emb_meta.dtype == np.int64 and st.emb_meta.tolist() == [0, 0, 0, 10, 0]
+    for arr in (st.kv_prev, st.kv_next):
+        assert arr.dtype == np.int32 and arr.tolist() == [-1] * 4
+    assert st.kv_len.dtype == np.int64 and st.kv_len.tolist() == [-1] * 4
+    assert st.kv_start.dtype == np.int64 and st.kv_start.tolist() == [0] * 4
+    assert st.kv_meta.dtype == np.int64 and st.kv_meta.tolist() == [-1, -1, 0, 7]
+    assert st.emb_lru_order().tolist() == [] and st.kv_lru_order().tolist() == []
+    assert (st.emb_bytes_used, st.kv_tokens_used) == (0, 0)
+    core.CacheState.empty(np.ones(2, np.int64), 1, 0, 0)  # zero capacities are allowed
+    for emb, kv in ((-1, 0), (0, -1)):
+        _refused(lambda e=emb, k=kv: core.CacheState.empty(np.ones(2, np.int64), 1, e, k),
+                 f"capacities must be >= 0, got emb_bytes={emb}, kv_tokens={kv}",
+                 "pass an EMB share in [0, 1] and a positive pool")  # fmt: skip
+
+
+def test_log_slots_and_bounded_log_hand_worked():
+    kb = np.array([4, 8, 2])
+    assert core.log_slots(10, kb) == 2 * 3 + 1024  # 10 // 2 = 5 > 3 keys
+    assert core.log_slots(3, kb) == 2 * 1 + 1024  # 3 // 2 = 1
+    assert core.log_slots(1, kb) == 1024  # no key fits
+    assert core.log_slots(5, np.array([1, 1, 1, 1, 1, 1])) == 2 * 5 + 1024
+    assert core.log_slots(3, np.array([0, 5, 5, 5, 5])) == 2 * 3 + 1024  # 0 bytes counts as 1
+    assert core.log_slots(10**6, np.zeros(0, np.int64)) == 1024
+    _refused(lambda: core._bounded_log(2**31),
+             "the EMB access log needs 2,147,483,648 slots, more than int32 positions address",
+             "use fewer distinct EMB keys (a coarser key model) or a smaller pool")  # fmt: skip
+
+
+def test_capacities_and_new_state_hand_worked():
+    m = _model()
+    kvb = m.kv_bytes_per_token  # 2 * 1 * 4 * 1 = 8
+    assert kvb == 8
+    assert core.capacities(0.0, 1001, m) == (0, 125)
+    assert core.capacities(1.0, 1001, m) == (1001, 0)
+    assert core.capacities(0.3, 1001, m) == (300, 87)  # floor(300.3), floor(700.7 / 8)
+    emb, kv = core.capacities(0.5, 17, m)
+    assert (emb, kv) == (8, 1) and type(emb) is int and type(kv) is int
+    for bad in (-0.01, 1.01):
+        _refused(lambda b=bad: core.capacities(b, 1000, m), f"ratio must be in [0, 1], got {bad}",
+                 "pass r in [0, 1]")  # fmt: skip
+    _, a, wl, _ = _setup(seed=10)
+    st = core.new_state(wl, 0.3, 1001, m)
+    assert (st.emb_capacity_bytes, st.kv_capacity_tokens) == (300, 87)
+    assert len(st.kv_len) == a.n_users and len(st.emb_last) == wl.n_keys
+    np.testing.assert_array_equal(st.key_bytes, wl.keys.key_bytes)
+
+
+def test_workload_checks_the_slide_chunk():
+    a = A.from_table(small_table(20, n_users=3, n_items=10))
+    for chunk in (1, 12):
+        wl = core.Workload.of(a, _model(chunk=chunk))
+        assert (wl.max_seq_len, wl.kv_slide_chunk) == (12, chunk)
+    for chunk in (0, 13):
+        _refused(lambda c=chunk: core.Workload.of(a, _model(chunk=c)),
+                 f"kv_slide_chunk must be in [1, max_seq_len=12], got {chunk}",
+                 "fix the model profile")  # fmt: skip
+    wl = core.Workload.of(a, _model(chunk=2))
+    assert wl.n_keys == len(wl.keys.key_bytes) and wl.direct_bytes == 0
+    one = core.Workload.of(a, _model([TABLES[0]]))
+    assert one.direct_bytes == 8 and one.n_keys == a.n_items
+
+
+def test_replay_span_refusals_and_empty_span():
+    _, a, wl, _ = _setup(n=30, seed=11)
+    st = core.CacheState.empty(wl.keys.key_bytes, a.n_users, 50, 20)
+    for s, e in ((-1, 5), (0, 31), (6, 5)):
+        _refused(lambda s=s, e=e: core.replay(wl, st, s, e),
+                 f"span [{s}, {e}) is outside the trace of 30 requests",
+                 "pass request indices within the trace")  # fmt: skip
+    before = core.REPLAYED["requests"]
+    r = core.replay(wl, st, 30, 30)
+    assert len(r.n_computed) == 0 and r.prefetched == 0
+    assert core.REPLAYED["requests"] == before
+    r = core.replay(wl, st, 0, 30)
+    assert len(r.n_computed) == 30
+    for bad in (np.zeros(wl.n_keys, np.float64), np.zeros(wl.n_keys + 1, np.float32)):
+        _refused(lambda b=bad: core.replay(wl, st, 0, 5, counts=b),
+                 f"counts must be float32 with one entry per key ({wl.n_keys})",
+                 "pass np.zeros(workload.n_keys, np.float32)")  # fmt: skip
+
+
 def test_replay_outcomes_counts_and_orders_match_brute():
     m, a, wl, reqs = _setup()
     st = core.CacheState.empty(wl.keys.key_bytes, a.n_users, 120, 40)
@@ -166,27 +253,6 @@ def test_resize_counts_the_evicted_keys_and_users():
     assert got[0] > 0 and got[1] > 0 and all(type(x) is int for x in got)
 
 
-def test_empty_state_fields_and_dtypes():
-    st = core.CacheState.empty([3, 1, 2], 4, 10, 7)
-    assert st.key_bytes.dtype == np.int64 and st.key_bytes.tolist() == [3, 1, 2]
-    assert st.emb_last.dtype == np.int32 and st.emb_last.tolist() == [-1, -1, -1]
-    assert st.emb_qi.dtype == np.int32 and len(st.emb_qi) == 2 * 3 + 1024
-    assert not st.emb_qi.any()
-    assert st.emb_meta.dtype == np.int64 and st.emb_meta.tolist() == [0, 0, 0, 10, 0]
-    for arr in (st.kv_prev, st.kv_next):
-        assert arr.dtype == np.int32 and arr.tolist() == [-1] * 4
-    assert st.kv_len.dtype == np.int64 and st.kv_len.tolist() == [-1] * 4
-    assert st.kv_start.dtype == np.int64 and st.kv_start.tolist() == [0] * 4
-    assert st.kv_meta.dtype == np.int64 and st.kv_meta.tolist() == [-1, -1, 0, 7]
-    assert st.emb_lru_order().tolist() == [] and st.kv_lru_order().tolist() == []
-    assert (st.emb_bytes_used, st.kv_tokens_used) == (0, 0)
-    core.CacheState.empty(np.ones(2, np.int64), 1, 0, 0)  # zero capacities are allowed
-    for emb, kv in ((-1, 0), (0, -1)):
-        _refused(lambda e=emb, k=kv: core.CacheState.empty(np.ones(2, np.int64), 1, e, k),
-                 f"capacities must be >= 0, got emb_bytes={emb}, kv_tokens={kv}",
-                 "pass an EMB share in [0, 1] and a positive pool")  # fmt: skip
-
-
 def test_copy_is_deep_except_the_shared_key_bytes():
     m, a, wl, _ = _setup(seed=9)
     st = core.CacheState.empty(wl.keys.key_bytes, a.n_users, 100, 30)
@@ -199,72 +265,6 @@ def test_copy_is_deep_except_the_shared_key_bytes():
         np.testing.assert_array_equal(getattr(cp, name), orig)
         getattr(cp, name)[:] = 7
         np.testing.assert_array_equal(getattr(st, name), orig)
-
-
-def test_log_slots_and_bounded_log_hand_worked():
-    kb = np.array([4, 8, 2])
-    assert core.log_slots(10, kb) == 2 * 3 + 1024  # 10 // 2 = 5 > 3 keys
-    assert core.log_slots(3, kb) == 2 * 1 + 1024  # 3 // 2 = 1
-    assert core.log_slots(1, kb) == 1024  # no key fits
-    assert core.log_slots(5, np.array([1, 1, 1, 1, 1, 1])) == 2 * 5 + 1024
-    assert core.log_slots(3, np.array([0, 5, 5, 5, 5])) == 2 * 3 + 1024  # 0 bytes counts as 1
-    assert core.log_slots(10**6, np.zeros(0, np.int64)) == 1024
-    _refused(lambda: core._bounded_log(2**31),
-             "the EMB access log needs 2,147,483,648 slots, more than int32 positions address",
-             "use fewer distinct EMB keys (a coarser key model) or a smaller pool")  # fmt: skip
-
-
-def test_capacities_and_new_state_hand_worked():
-    m = _model()
-    kvb = m.kv_bytes_per_token  # 2 * 1 * 4 * 1 = 8
-    assert kvb == 8
-    assert core.capacities(0.0, 1001, m) == (0, 125)
-    assert core.capacities(1.0, 1001, m) == (1001, 0)
-    assert core.capacities(0.3, 1001, m) == (300, 87)  # floor(300.3), floor(700.7 / 8)
-    emb, kv = core.capacities(0.5, 17, m)
-    assert (emb, kv) == (8, 1) and type(emb) is int and type(kv) is int
-    for bad in (-0.01, 1.01):
-        _refused(lambda b=bad: core.capacities(b, 1000, m), f"ratio must be in [0, 1], got {bad}",
-                 "pass r in [0, 1]")  # fmt: skip
-    _, a, wl, _ = _setup(seed=10)
-    st = core.new_state(wl, 0.3, 1001, m)
-    assert (st.emb_capacity_bytes, st.kv_capacity_tokens) == (300, 87)
-    assert len(st.kv_len) == a.n_users and len(st.emb_last) == wl.n_keys
-    np.testing.assert_array_equal(st.key_bytes, wl.keys.key_bytes)
-
-
-def test_workload_checks_the_slide_chunk():
-    a = A.from_table(small_table(20, n_users=3, n_items=10))
-    for chunk in (1, 12):
-        wl = core.Workload.of(a, _model(chunk=chunk))
-        assert (wl.max_seq_len, wl.kv_slide_chunk) == (12, chunk)
-    for chunk in (0, 13):
-        _refused(lambda c=chunk: core.Workload.of(a, _model(chunk=c)),
-                 f"kv_slide_chunk must be in [1, max_seq_len=12], got {chunk}",
-                 "fix the model profile")  # fmt: skip
-    wl = core.Workload.of(a, _model(chunk=2))
-    assert wl.n_keys == len(wl.keys.key_bytes) and wl.direct_bytes == 0
-    one = core.Workload.of(a, _model([TABLES[0]]))
-    assert one.direct_bytes == 8 and one.n_keys == a.n_items
-
-
-def test_replay_span_refusals_and_empty_span():
-    _, a, wl, _ = _setup(n=30, seed=11)
-    st = core.CacheState.empty(wl.keys.key_bytes, a.n_users, 50, 20)
-    for s, e in ((-1, 5), (0, 31), (6, 5)):
-        _refused(lambda s=s, e=e: core.replay(wl, st, s, e),
-                 f"span [{s}, {e}) is outside the trace of 30 requests",
-                 "pass request indices within the trace")  # fmt: skip
-    before = core.REPLAYED["requests"]
-    r = core.replay(wl, st, 30, 30)
-    assert len(r.n_computed) == 0 and r.prefetched == 0
-    assert core.REPLAYED["requests"] == before
-    r = core.replay(wl, st, 0, 30)
-    assert len(r.n_computed) == 30
-    for bad in (np.zeros(wl.n_keys, np.float64), np.zeros(wl.n_keys + 1, np.float32)):
-        _refused(lambda b=bad: core.replay(wl, st, 0, 5, counts=b),
-                 f"counts must be float32 with one entry per key ({wl.n_keys})",
-                 "pass np.zeros(workload.n_keys, np.float32)")  # fmt: skip
 
 
 def test_kv_pass_and_lookup_stream_of_a_span_match_brute():
