@@ -16,6 +16,7 @@ from brute import BruteCaches
 from conftest import small_table
 
 from helm_plan import arrays as A
+from helm_plan import trace
 from helm_plan.cache import core
 from helm_plan.errors import ConfigError
 from helm_plan.profiles import EmbTable, ModelProfile
@@ -295,3 +296,34 @@ def test_kv_pass_and_lookup_stream_of_a_span_match_brute():
     _refused(lambda: core.lookup_stream(wl, [1, 2, 3], 40),
              "n_computed has 3 entries for a span of 80",
              "pass one computed-token count per request of the span")  # fmt: skip
+
+
+def test_kv_pass_caches_no_emb_and_the_default_span_is_the_trace():
+    # a 1-byte table: any EMB capacity would hold a key, but kv_pass's is 0, so every
+    # lookup misses
+    m = _model([EmbTable("item", dim=1, dtype_bytes=1)])
+    a = A.from_table(small_table(60, n_users=4, n_items=6, max_new=3, n_candidates=2, seed=13))
+    wl = core.Workload.of(a, m)
+    r = core.kv_pass(wl, 20)
+    assert r.lookup_bytes.sum() > 0
+    np.testing.assert_array_equal(r.miss_bytes, r.lookup_bytes)
+    np.testing.assert_array_equal(r.n_miss, r.lookup_bytes)  # 1 byte per key
+    ids, offs = core.lookup_stream(wl, r.n_computed)  # start 0, stop at the trace end
+    ids1, offs1 = core.lookup_stream(wl, r.n_computed[1:], 1)
+    assert len(offs) == 61 and ids[offs[1] :].tolist() == ids1.tolist()
+    np.testing.assert_array_equal(np.diff(offs), r.lookup_bytes)
+
+
+def test_explicit_candidates_count_before_any_history():
+    # request 0 has no history at all: its stream is its two explicit candidates' keys
+    table = trace.make_table(
+        np.array([0.0, 1.0]), np.array([5, 5]), np.array([0, 0, 2]), np.array([30, 31]),
+        np.array([2, 2]), candidates_offsets=np.array([0, 2, 4]),
+        candidates_values=np.array([40, 30, 41, 40]),
+    )  # fmt: skip
+    a = A.from_table(table)
+    wl = core.Workload.of(a, _model([TABLES[0]]))
+    dense = {int(x): i for i, x in enumerate(a.item_ids)}  # one identity table: key = item
+    ids, offs = core.lookup_stream(wl, [0, 2])
+    assert offs.tolist() == [0, 2, 6]
+    assert ids.tolist() == [dense[40], dense[30], dense[30], dense[31], dense[41], dense[40]]

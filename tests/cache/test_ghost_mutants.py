@@ -75,10 +75,14 @@ def _lru_hits(past: list[list[int]], cur: list[int], key_bytes, cap: int) -> int
 def test_emb_curve_is_the_lru_over_the_remembered_windows(history):
     """``history=None``: the default, one remembered window."""
     wl = _workload()
-    pool = 200
+    pool = 400  # above the 335 bytes of all keys: reuse two windows back can hit
     n_comp = core.kv_pass(wl, 30).n_computed
     streams = _streams(wl, n_comp)
     kb = wl.keys.key_bytes
+    if history is None:  # the default must be told apart from remembering two windows
+        caps = [int(np.floor(r * pool)) for r in SHARES]
+        one = [_lru_hits(streams[2:3], streams[3], kb, cap) for cap in caps]
+        assert one != [_lru_hits(streams[1:3], streams[3], kb, cap) for cap in caps]
     if history is None:
         g, history = Ghost(wl, pool, MODEL.kv_bytes_per_token), 1
     else:
