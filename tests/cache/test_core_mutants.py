@@ -90,6 +90,9 @@ def test_empty_state_fields_and_dtypes():
     assert st.emb_lru_order().tolist() == [] and st.kv_lru_order().tolist() == []
     assert (st.emb_bytes_used, st.kv_tokens_used) == (0, 0)
     core.CacheState.empty(np.ones(2, np.int64), 1, 0, 0)  # zero capacities are allowed
+    # key bytes of any integer type are held as int64 (the keys' documented dtype)
+    narrow = core.CacheState.empty(np.array([3, 1, 2], np.int32), 1, 10, 0)
+    assert narrow.key_bytes.dtype == np.int64 and narrow.key_bytes.tolist() == [3, 1, 2]
     for emb, kv in ((-1, 0), (0, -1)):
         _refused(lambda e=emb, k=kv: core.CacheState.empty(np.ones(2, np.int64), 1, e, k),
                  f"capacities must be >= 0, got emb_bytes={emb}, kv_tokens={kv}",
