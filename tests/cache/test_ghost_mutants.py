@@ -1,0 +1,223 @@
+"""Ghost curves and gains (``cache/ghost.py``) against brute force on a tiny trace.
+
+The EMB curve of a window is checked at every one of the 101 grid shares against an
+OrderedDict byte LRU that starts cold, replays the remembered past windows' lookups and then
+counts the hit bytes of this window's (history 0, 1 and 2 windows, and after ``reset``). The
+KV curve is checked against the documented binning: reused tokens at capacity ``K`` are the
+``c_i`` of the window's requests with ``0 <= d_i <= K``, including a capacity equal to a
+``d_i`` and a window with no cached KV. ``gains`` is checked on hand-worked curves; the
+constructor's refusals and the grids on hand-computed values.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+from conftest import small_table
+
+from helm_plan import arrays as A
+from helm_plan.cache import core
+from helm_plan.cache.ghost import NO_GAINS, Ghost, GhostCurves, gains, share_grid
+from helm_plan.cache.kvcurve import kv_distances
+from helm_plan.errors import ConfigError
+from helm_plan.profiles import EmbTable, ModelProfile
+
+TABLES = (
+    EmbTable("item", dim=8, dtype_bytes=1),
+    EmbTable("cat", dim=3, dtype_bytes=1, rows=5, key="hash"),
+)
+MODEL = ModelProfile(
+    name="t", layers=1, d_model=2, kv_dtype_bytes=1, max_seq_len=12, n_candidates=3,
+    weights_bytes=0, reserve_bytes=0, source="test", tables=TABLES, kv_slide_chunk=4,
+)  # fmt: skip
+EDGES = [0, 1, 30, 60, 90, 120]
+SHARES = np.linspace(0.0, 1.0, 101)
+"""The ghost grid's EMB shares 0, 0.01, ..., 1 (capacities are floored products with them)."""
+"""Windows of the ghost tests: the first holds one request (no KV can be cached yet)."""
+
+
+def _workload():
+    a = A.from_table(small_table(120, n_users=10, n_items=40, max_new=4, n_candidates=3))
+    return core.Workload.of(a, MODEL)
+
+
+def _streams(wl, n_computed):
+    """Each window's EMB key stream (the lookups the node made with ``n_computed``)."""
+    out = []
+    for s, e in zip(EDGES[:-1], EDGES[1:], strict=True):
+        ids, _ = core.lookup_stream(wl, n_computed[s:e], s, e)
+        out.append([int(k) for k in ids])
+    return out
+
+
+def _lru_hits(past: list[list[int]], cur: list[int], key_bytes, cap: int) -> int:
+    """Hit bytes of ``cur`` in a cold byte LRU of ``cap`` that first replays ``past``."""
+    lru: OrderedDict[int, int] = OrderedDict()
+    hit = used = 0
+    for w, stream in enumerate([*past, cur]):
+        for k in stream:
+            b = int(key_bytes[k])
+            if k in lru:
+                lru.move_to_end(k)
+                hit += b if w == len(past) else 0
+                continue
+            if b <= cap:
+                while used + b > cap:
+                    used -= lru.popitem(last=False)[1]
+                lru[k] = b
+                used += b
+    return hit
+
+
+@pytest.mark.parametrize("history", [None, 0, 1, 2])
+def test_emb_curve_is_the_lru_over_the_remembered_windows(history):
+    """``history=None``: the default, one remembered window."""
+    wl = _workload()
+    pool = 400  # above the 335 bytes of all keys: reuse two windows back can hit
+    n_comp = core.kv_pass(wl, 30).n_computed
+    streams = _streams(wl, n_comp)
+    kb = wl.keys.key_bytes
+    if history is None:  # the default must be told apart from remembering two windows
+        caps = [int(np.floor(r * pool)) for r in SHARES]
+        one = [_lru_hits(streams[2:3], streams[3], kb, cap) for cap in caps]
+        assert one != [_lru_hits(streams[1:3], streams[3], kb, cap) for cap in caps]
+    if history is None:
+        g, history = Ghost(wl, pool, MODEL.kv_bytes_per_token), 1
+    else:
+        g = Ghost(wl, pool, MODEL.kv_bytes_per_token, history_windows=history)
+    for w, (s, e) in enumerate(zip(EDGES[:-1], EDGES[1:], strict=True)):
+        c = g.observe(s, e, n_comp[s:e])
+        np.testing.assert_array_equal(c.r_grid, SHARES)
+        assert c.emb_hit_bytes.dtype == np.float64 and c.emb_hit_bytes.shape == (101,)
+        past = streams[max(0, w - history) : w] if history else []
+        want = [_lru_hits(past, streams[w], kb, int(np.floor(r * pool))) for r in SHARES]
+        np.testing.assert_array_equal(c.emb_hit_bytes, want)
+        assert c.lookup_bytes == sum(int(kb[k]) for k in streams[w])
+        assert isinstance(c.lookup_bytes, float)
+
+
+def test_reset_forgets_the_remembered_windows():
+    wl = _workload()
+    n_comp = core.kv_pass(wl, 30).n_computed
+    streams = _streams(wl, n_comp)
+    g = Ghost(wl, 150, MODEL.kv_bytes_per_token, history_windows=3)
+    g.observe(1, 30, n_comp[1:30])
+    g.reset()
+    c = g.observe(30, 60, n_comp[30:60])
+    want = [_lru_hits([], streams[2], wl.keys.key_bytes, int(np.floor(r * 150))) for r in SHARES]
+    np.testing.assert_array_equal(c.emb_hit_bytes, want)
+    # and remembers again afterwards
+    c = g.observe(60, 90, n_comp[60:90])
+    want = [_lru_hits([streams[2]], streams[3], wl.keys.key_bytes, int(np.floor(r * 150)))
+            for r in SHARES]  # fmt: skip
+    np.testing.assert_array_equal(c.emb_hit_bytes, want)
+
+
+def _kv_ref(kd, s, e, cap):
+    return sum(int(kd.reuse_tokens[i]) for i in range(s, e) if 0 <= kd.dist_tokens[i] <= cap)
+
+
+def test_kv_curve_bins_reuse_by_distance_with_capacity_inclusive():
+    wl = _workload()
+    kvb = MODEL.kv_bytes_per_token
+    kd = kv_distances(wl)
+    n_comp = core.kv_pass(wl, 30).n_computed
+    # a pool whose whole-KV capacity (share 0) is exactly one request's distance
+    found = [i for i in range(30, 60) if kd.dist_tokens[i] > 0 and kd.reuse_tokens[i] > 0]
+    d = int(kd.dist_tokens[found[0]])
+    pool = d * kvb
+    g = Ghost(wl, pool, kvb)
+    assert g.kv is g.kv  # computed once
+    assert g.kv_grid[0] == d and g.kv_grid[-1] == 0
+    assert g.pool_bytes == pool
+    ctx = core.kv_pass(wl, 30).ctx_len
+    for s, e in zip(EDGES[:-1], EDGES[1:], strict=True):
+        c = g.observe(s, e, n_comp[s:e])
+        assert c.kv_reused_tokens.dtype == np.float64
+        caps = [int(np.floor((1.0 - r) * pool / kvb)) for r in SHARES]
+        np.testing.assert_array_equal(c.kv_reused_tokens, [_kv_ref(kd, s, e, k) for k in caps])
+        assert c.ctx_tokens == int(ctx[s:e].sum()) and isinstance(c.ctx_tokens, float)
+    assert _kv_ref(kd, 30, 60, d) > _kv_ref(kd, 30, 60, d - 1)  # the boundary matters
+
+
+def test_window_without_cached_kv_reuses_nothing():
+    wl = _workload()
+    g = Ghost(wl, 500, MODEL.kv_bytes_per_token)
+    c = g.observe(0, 1, core.kv_pass(wl, 30).n_computed[:1])
+    assert kv_distances(wl).dist_tokens[0] == -1
+    np.testing.assert_array_equal(c.kv_reused_tokens, np.zeros(101))
+    np.testing.assert_array_equal(c.emb_hit_bytes[0], 0.0)  # nothing cached at capacity 0
+
+
+def test_grids_and_refusals():
+    wl = _workload()
+    g = Ghost(wl, 1000, 3, history_windows=0)
+    np.testing.assert_allclose(g.r_grid, [j / 100 for j in range(101)], rtol=0, atol=1e-15)
+    assert g.emb_grid.dtype == np.int64 and g.kv_grid.dtype == np.int64
+    assert g.emb_grid[[0, 1, 37, 100]].tolist() == [0, 10, 370, 1000]
+    assert g.kv_grid[[0, 1, 50, 100]].tolist() == [333, 330, 166, 0]
+    assert share_grid().tolist() == g.r_grid.tolist()
+    assert share_grid(5).tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
+    Ghost(wl, 1, 1)  # the smallest valid pool and token size
+    # each refusal says what to pass instead (the hint the CLI prints after the message)
+    with pytest.raises(ConfigError, match="^history_windows must be >= 0, got -1$") as e:
+        Ghost(wl, 1000, 3, history_windows=-1)
+    assert e.value.hint == "pass how many past windows the EMB ghost remembers"
+    for pool, kvb in ((0, 3), (1000, 0), (-5, 3)):
+        with pytest.raises(
+            ConfigError,
+            match=f"^pool_bytes and kv_bytes_per_token must be positive, got {pool}, {kvb}$",
+        ) as e:
+            Ghost(wl, pool, kvb)
+        assert e.value.hint == "pass the node's pool and the model's KV bytes per token"
+
+
+def _curves(lb=2000.0, ct=400.0):
+    g = np.linspace(0.0, 1.0, 101)
+    return GhostCurves(g, emb_hit_bytes=1000.0 * g**2, lookup_bytes=lb,
+                       kv_reused_tokens=200.0 * (1.0 - g) ** 2, ctx_tokens=ct)  # fmt: skip
+
+
+def test_gains_hand_worked_on_curved_curves():
+    # r = 0.3, delta = 0.1: EMB hits 40, 90, 160 at 0.2, 0.3, 0.4; KV 128, 98, 72
+    out = gains(_curves(), 0.3, 0.1, emb_s_per_byte=0.01, kv_s_per_token=0.1)
+    assert out.emb_gain_up == pytest.approx(70 / 2000)
+    assert out.emb_loss_down == pytest.approx(50 / 2000)
+    assert out.kv_gain_down == pytest.approx(30 / 400)
+    assert out.kv_loss_up == pytest.approx(26 / 400)
+    assert out.net_up_s == pytest.approx(70 * 0.01 - 26 * 0.1)
+    assert out.net_down_s == pytest.approx(30 * 0.1 - 50 * 0.01)
+    d = out.as_dict()
+    assert list(d) == ["ghost_emb_gain_up", "ghost_emb_loss_down", "ghost_kv_gain_down",
+                       "ghost_kv_loss_up", "ghost_net_up_s", "ghost_net_down_s"]  # fmt: skip
+    assert d["ghost_net_down_s"] == pytest.approx(2.5) and type(d["ghost_kv_loss_up"]) is float
+
+
+def test_gains_clamp_at_the_ends_of_the_grid():
+    # r = 0.95, delta = 0.1: r + delta is clamped to 1 (EMB 902.5 -> 1000, KV 0.5 -> 0)
+    out = gains(_curves(), 0.95, 0.1, emb_s_per_byte=1.0, kv_s_per_token=1.0)
+    assert out.emb_gain_up == pytest.approx(97.5 / 2000)
+    assert out.kv_loss_up == pytest.approx(0.5 / 400)
+    # EMB 722.5 and KV 4.5 at 0.85
+    assert out.emb_loss_down == pytest.approx((902.5 - 722.5) / 2000)
+    assert out.kv_gain_down == pytest.approx((4.5 - 0.5) / 400)
+    # r = 0.05: r - delta is clamped to 0
+    out = gains(_curves(), 0.05, 0.1, emb_s_per_byte=1.0, kv_s_per_token=1.0)
+    assert out.emb_loss_down == pytest.approx(2.5 / 2000)
+    assert out.kv_gain_down == pytest.approx((200.0 - 180.5) / 400)
+
+
+def test_gains_of_an_empty_window_and_of_no_split():
+    out = gains(_curves(lb=0.0, ct=0.0), 0.3, 0.1, emb_s_per_byte=0.01, kv_s_per_token=0.1)
+    assert (out.emb_gain_up, out.emb_loss_down, out.kv_gain_down, out.kv_loss_up) == (0, 0, 0, 0)
+    assert out.net_up_s == pytest.approx(-1.9)  # the seconds do not divide by the totals
+    for r in (float("nan"), float("inf")):
+        assert gains(_curves(), r, 0.1, 1.0, 1.0) == NO_GAINS
+    assert NO_GAINS.as_dict() == dict.fromkeys(out.as_dict(), 0.0)
+    for delta in (0.0, 1.0, -0.1):
+        with pytest.raises(ConfigError, match=f"^delta must be in \\(0, 1\\), got {delta}$") as e:
+            gains(_curves(), 0.3, delta, 1.0, 1.0)
+        assert e.value.hint == "pass e.g. 0.05"
+    assert gains(_curves(), 0.5, 0.999, 1.0, 1.0).emb_gain_up == pytest.approx(750 / 2000)
