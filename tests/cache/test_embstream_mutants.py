@@ -85,6 +85,7 @@ def test_exact_hits_per_window_equal_a_brute_force_lru(explicit, kv_tokens):
         np.testing.assert_array_equal(h.lookups, np.diff(offs[edges]))
         np.testing.assert_array_equal(h.lookup_bytes, _per_window(kb[ids], offs, edges))
         assert h.hit_bytes.shape == (4, len(grid)) and h.hit_bytes.dtype == np.float64
+        assert h.lookups.dtype == h.lookup_bytes.dtype == np.int64  # EmbHits' documented types
         for c, cap in enumerate(grid):
             want = _lru_hits(ids, offs, edges, kb, int(cap))
             np.testing.assert_array_equal(h.hit_bytes[:, c], want, err_msg=f"{cap}")

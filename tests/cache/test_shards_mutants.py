@@ -290,7 +290,7 @@ def test_pass_sizes_its_tables_by_the_keys_sampled_at_the_start():
     assert cap & (cap - 1) == 0 and cap >= max(16, 2 * live) and (sp.tkey == -1).all()
     assert sp.threshold == t
     assert sp.acc.shape == (3, 4) and sp.weight.shape == (3,)
-    assert sp.grid.dtype == np.float64 and sp.max_bytes == 2
+    assert sp.max_bytes == 2
     fixed = shards.ShardsPass(kb, 2, [1], 1, sample_rate=0.5, sample_size=3, seed=seed)
     assert fixed.item_at.shape == (2 * 3 + 16,)
 
@@ -336,3 +336,13 @@ def test_mae_is_the_mean_absolute_hit_rate_error():
     want = float(np.mean(np.abs(est[0] - exact) / n[0]))
     got = shards.shards_mae(IDS, np.arange(11), sample_rate=1.0, sample_size=3, seed=2)
     assert want > 0.01 and got == pytest.approx(want, rel=1e-12)
+
+
+def test_defaults_are_seed_zero_adjusted_unbounded():
+    want, look = ref_binned(IDS, GRID, rate=0.5, seed=0, adjust=True, kb=KB)
+    assert not np.allclose(want, ref_binned(IDS, GRID, rate=0.5, seed=1, kb=KB)[0])
+    got, n = shards.shards_binned_hits(IDS, GRID, sample_rate=0.5, key_bytes=KB)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
+    exact = np.array([lru_hit_bytes(IDS, KB, int(c)) for c in GRID])
+    mae = shards.shards_mae(IDS, GRID, sample_rate=0.5, key_bytes=KB)
+    assert mae == pytest.approx(float(np.mean(np.abs(want[0] - exact) / look[0])), rel=1e-12)
