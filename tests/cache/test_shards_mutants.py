@@ -261,10 +261,19 @@ def test_hit_bytes_clip_to_zero_and_to_the_lookup():
     sp.weight[:] = [1.0, 3.0]  # window 0: 8/3 * (5, 6, 10), all above the lookup 8
     got = sp.hit_bytes(look, np.array([1.0, 5.0]), False)
     np.testing.assert_allclose(got, [[8.0, 8.0, 8.0], [1 / 3, 2 / 3, 1.0]])
-    # nothing represented: zero hits, not NaN
+    # nothing represented: zero hits, not NaN, even for a huge lookup
     sp.acc[:] = 0.0
     sp.weight[:] = 0.0
-    assert sp.hit_bytes(look, np.zeros(2), False).tolist() == [[0.0] * 3] * 2
+    big = np.array([8.0, 1e9])
+    with np.errstate(over="ignore"):  # 1e9 / 1e-300 overflows where it is not used
+        assert sp.hit_bytes(big, np.zeros(2), False).tolist() == [[0.0] * 3] * 2
+    # one reuse access of one byte represented: the lookup scales it by lookup / 1
+    sp.acc[:] = [[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+    sp.weight[:] = [1.0, 0.0]
+    assert sp.hit_bytes(np.array([3.0, 5.0]), np.zeros(2), False).tolist() == [
+        [0.0, 3.0, 3.0],
+        [0.0, 0.0, 0.0],
+    ]
 
 
 def test_single_capacity_class_is_adjusted():
@@ -293,18 +302,27 @@ def test_pass_sizes_its_tables_by_the_keys_sampled_at_the_start():
     assert sp.max_bytes == 2
     fixed = shards.ShardsPass(kb, 2, [1], 1, sample_rate=0.5, sample_size=3, seed=seed)
     assert fixed.item_at.shape == (2 * 3 + 16,)
+    # 40 sampled keys: the table keeps its load factor at most 1/2
+    full = shards.ShardsPass(np.ones(40, np.int64), 1, [1], 1, sample_rate=1.0, sample_size=None,
+                             seed=0)  # fmt: skip
+    assert full.item_at.shape == (2 * 40 + 16,) and len(full.tkey) >= 80
 
 
 def test_sample_settings_are_checked():
     kb = np.ones(3, np.int64)
     for rate in (0.0, 0.5 / P, 1.0 + 1e-9, -1.0):
-        with pytest.raises(ConfigError, match="sample_rate"):
+        with pytest.raises(ConfigError, match="^sample_rate must be in"):
             shards.ShardsPass(kb, 1, [1], 1, sample_rate=rate, sample_size=None, seed=0)
-        with pytest.raises(ConfigError, match="sample_rate"):
+        with pytest.raises(ConfigError, match="^sample_rate must be in"):
             shards.shards_binned_hits(np.array([0, 1]), [1], sample_rate=rate)
+        # checked even when no capacity holds a key (no pass is built)
+        with pytest.raises(ConfigError, match="^sample_rate must be in"):
+            shards.shards_binned_hits(np.array([0, 1]), [0], sample_rate=rate)
     for size in (0, -2):
-        with pytest.raises(ConfigError, match="sample_size"):
+        with pytest.raises(ConfigError, match="^sample_size must be positive"):
             shards.ShardsPass(kb, 1, [1], 1, sample_rate=1.0, sample_size=size, seed=0)
+    with pytest.raises(ConfigError, match="n_ids=3 but the stream holds id 5"):
+        shards.shards_binned_hits(np.array([0, 5]), [1], sample_rate=1.0, n_ids=3)
     # the bounds themselves are valid
     shards.ShardsPass(kb, 1, [1], 1, sample_rate=1.0 / P, sample_size=None, seed=0)
     shards.shards_binned_hits(np.array([0, 1]), [1], sample_rate=1.0 / P)
