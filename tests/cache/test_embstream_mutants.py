@@ -316,3 +316,34 @@ def test_stream_writer_body_error_leaves_no_file(tmp_path):
         E.emb_hits(wl, 0, np.array([0, 10]), None, sink=sink)
         raise KeyError("body")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_trace_has_an_empty_stream():
+    t = trace.make_table(np.zeros(0), np.zeros(0, np.int64), np.zeros(1, np.int64),
+                         np.zeros(0, np.int64), np.zeros(0, np.int64))  # fmt: skip
+    m = model(MULTI, max_seq_len=7, chunk=2)
+    wl = core.Workload.of(A.from_table(t), m)
+    assert E.request_bound(wl) == 7 * 3  # no request, so no candidate
+    got = E.emb_stream(wl, m, Pool(pool_bytes=100, source="test"), 0.5)
+    assert got.num_rows == 0 and got.schema == E.stream_schema(pa.int32())
+    h = E.emb_hits(wl, 0, np.array([0, 5]), None, sampling=E.Sampling(rate=0.5))
+    assert h.lookups.tolist() == [0] and h.lookup_bytes.tolist() == [0]
+    assert h.hit_bytes.tolist() == [[0.0, 0.0]]
+
+
+def test_a_single_item_trace():
+    """One item under one identity table: one key, one row (int32), every lookup of it."""
+    t = trace.make_table(np.arange(3.0), np.array([0, 1, 0]), np.array([0, 1, 1, 2]),
+                         np.array([7, 7]), np.ones(3, np.int64),
+                         candidates_offsets=np.arange(4), candidates_values=np.full(3, 7))  # fmt: skip
+    m = model(ONE, max_seq_len=4, chunk=1)
+    wl = core.Workload.of(A.from_table(t), m)
+    assert wl.n_keys == 1
+    got = E.emb_stream(wl, m, Pool(pool_bytes=40, source="test"), 1.0)
+    assert got.schema == E.stream_schema(pa.int32())
+    assert set(got.column("row").to_pylist()) == {7}
+    assert set(got.column("bytes").to_pylist()) == {4}
+    h = E.emb_hits(wl, 0, np.array([3, 4]), None)
+    n = got.num_rows  # KV capacity 0: every token recomputed, all lookups of the one key
+    assert h.lookups.tolist() == [n] and h.lookup_bytes.tolist() == [4 * n]
+    assert h.hit_bytes.tolist() == [[0.0, 4.0 * (n - 1)]]
