@@ -334,6 +334,8 @@ def _generate(
     cap_req = offs.shape[0] - 1
     cap_ids = ids.shape[0]
     i = state[0]
+    if i >= n_req:  # a caller that does not stop at the end would loop forever
+        raise ValueError("no requests left to generate")
     w = state[1]
     r0 = i
     o = 0
@@ -365,18 +367,24 @@ def _generate(
                 key = item_keys[item, t]
                 if count_cold:
                     word = key >> 6
+                    if word >= seen.shape[0]:  # a mis-sized bitset is an error, not an overrun
+                        raise IndexError("first-access bitset smaller than the key space")
                     bit = np.uint64(1) << np.uint64(key & 63)
                     if seen[word] & bit == 0:
                         seen[word] |= bit
                         cold_b[w, t] += tab_bytes[t]
                 if filt and key_hash(key, mix) >= thr:
                     continue
+                if o >= cap_ids:  # request_bound too small: refuse rather than write past
+                    raise IndexError("key buffer smaller than one request's lookups")
                 ids[o] = key
                 sizes[o] = tab_bytes[t]
                 o += 1
         j += 1
         offs[j] = o
         i += 1
+    if j == 0 and i < n_req:  # no request fitted: the caller would loop forever
+        raise ValueError("key buffer smaller than one request's lookups")
     state[0] = i
     state[1] = w
     return r0, j, o

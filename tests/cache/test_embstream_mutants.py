@@ -347,3 +347,22 @@ def test_a_single_item_trace():
     n = got.num_rows  # KV capacity 0: every token recomputed, all lookups of the one key
     assert h.lookups.tolist() == [n] and h.lookup_bytes.tolist() == [4 * n]
     assert h.hit_bytes.tolist() == [[0.0, 4.0 * (n - 1)]]
+
+
+def test_sampled_hits_on_a_key_space_wider_than_4096_keys():
+    # The first-access bitset holds one bit per key in 64-bit words; a key space of ~4,500
+    # keys needs its 71st word, so a bitset sized a word short (or any overrun) must show.
+    m = model(ONE, max_seq_len=6, chunk=3)
+    t = small_table(3000, n_users=300, n_items=100_000, max_new=5, n_candidates=2, seed=11,
+                    with_candidates=True)  # fmt: skip
+    wl = core.Workload.of(A.from_table(t, seed=1), m)
+    assert wl.keys.n_keys > 4160
+    ids, offs = _stream(wl, 0)
+    assert int(ids.max()) == wl.keys.n_keys - 1  # the top keys are looked up
+    edges = np.array([0, 1400, 3000])
+    grid = np.array([0, 40, 400, 4000, 20000])
+    want, look = ref_binned(ids, grid, rate=0.5, s_max=None, seed=3, adjust=True,
+                            kb=wl.keys.key_bytes, offs=offs, edges=edges)  # fmt: skip
+    h = E.emb_hits(wl, 0, grid, edges, sampling=E.Sampling(rate=0.5, seed=3))
+    np.testing.assert_array_equal(h.lookup_bytes, look)
+    np.testing.assert_allclose(h.hit_bytes, want, rtol=1e-12, atol=1e-9)
