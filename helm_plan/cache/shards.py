@@ -127,8 +127,10 @@ class ShardsPass:
         hits = np.cumsum(acc[:, :-1], axis=1)
         if not adjust:  # plain SHARDS: normalise by the represented (sampled) bytes
             total = self.weight + acc[:, -1]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                hits *= np.where(total > 0, lookup / np.maximum(total, 1e-300), 0.0)[:, None]
+            # a window with nothing represented has no hit (and must not divide: no warning)
+            scale = np.zeros(len(total))
+            np.divide(lookup, total, out=scale, where=total > 0)
+            hits *= scale[:, None]
         return np.clip(hits, 0.0, np.asarray(lookup, np.float64)[:, None])
 
 

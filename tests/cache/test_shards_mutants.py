@@ -11,6 +11,8 @@ on streams of a few dozen accesses.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -265,8 +267,10 @@ def test_hit_bytes_clip_to_zero_and_to_the_lookup():
     sp.acc[:] = 0.0
     sp.weight[:] = 0.0
     big = np.array([8.0, 1e9])
-    with np.errstate(over="ignore"):  # 1e9 / 1e-300 overflows where it is not used
-        assert sp.hit_bytes(big, np.zeros(2), False).tolist() == [[0.0] * 3] * 2
+    with warnings.catch_warnings():  # and without a floating-point warning on the way
+        warnings.simplefilter("error")
+        with np.errstate(all="warn"):
+            assert sp.hit_bytes(big, np.zeros(2), False).tolist() == [[0.0] * 3] * 2
     # one reuse access of one byte represented: the lookup scales it by lookup / 1
     sp.acc[:] = [[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
     sp.weight[:] = [1.0, 0.0]
