@@ -25,6 +25,18 @@ def splitmix(x: int) -> int:
     return z ^ (z >> 31)
 
 
+def salt(name: str) -> int:
+    """A hashed table's salt: the first 8 bytes of sha256(name), little-endian."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little")
+
+
+def table_row(tab, item: int) -> int:
+    """Row of ``item`` in table ``tab``: the item id, or salted SplitMix64 mod rows."""
+    if tab.key == "identity":
+        return item
+    return splitmix((item & M64) ^ salt(tab.name)) % tab.rows
+
+
 class BruteCaches:
     """EMB and KV caches of one node (DESIGN.md, Node model)."""
 
@@ -36,11 +48,7 @@ class BruteCaches:
         self.hist: dict[int, list[int]] = {}
 
     def key(self, t: int, item: int) -> tuple[int, int]:
-        tab = self.m.tables[t]
-        if tab.key == "identity":
-            return (t, item)
-        salt = int.from_bytes(hashlib.sha256(tab.name.encode()).digest()[:8], "little")
-        return (t, splitmix((item & M64) ^ salt) % tab.rows)
+        return (t, table_row(self.m.tables[t], item))
 
     def used(self) -> int:
         return sum(self.emb.values())

@@ -8,11 +8,11 @@ prefix the next token would invalidate is not admitted.
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 
 import numpy as np
 import pytest
+from brute import M64, table_row
 from conftest import small_table
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,15 +23,6 @@ from helm_plan.cache import core
 from helm_plan.cache.keys import table_rows
 from helm_plan.errors import ConfigError
 from helm_plan.profiles import EmbTable, ModelProfile
-
-M64 = (1 << 64) - 1
-
-
-def _splitmix(x: int) -> int:
-    z = (x + 0x9E3779B97F4A7C15) & M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
 
 
 def model(tables, *, max_seq_len: int = 40, chunk: int = 1) -> ModelProfile:
@@ -62,11 +53,7 @@ class BruteNode:
         self.hist: dict[int, list[int]] = {}
 
     def key(self, t: int, item: int) -> tuple[int, int]:
-        tab = self.m.tables[t]
-        if tab.key == "identity":
-            return (t, item)
-        salt = int.from_bytes(hashlib.sha256(tab.name.encode()).digest()[:8], "little")
-        return (t, _splitmix((item & M64) ^ salt) % tab.rows)
+        return (t, table_row(self.m.tables[t], item))
 
     def used(self) -> int:
         return sum(self.emb.values())

@@ -12,7 +12,6 @@ writer's options, errors of the writer thread, no file unless the pass ends clea
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections import OrderedDict
@@ -21,8 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from brute import table_row
 from conftest import small_table
-from test_core import M64, MULTI, ONE, _splitmix, model
+from test_core import MULTI, ONE, model
 from test_shards_mutants import ref_binned
 
 from helm_plan import arrays as A
@@ -170,12 +170,11 @@ def _ref_rows(wl, m, ids):
     by_key = {}
     for i, item in enumerate(wl.arrays.item_ids.tolist()):
         for t, tab in enumerate(m.tables):
-            if tab.key == "identity":
-                row = item
-            else:
-                salt = int.from_bytes(hashlib.sha256(tab.name.encode()).digest()[:8], "little")
-                row = _splitmix((item & M64) ^ salt) % tab.rows
-            by_key[int(wl.keys.item_keys[i, t])] = (t, row, tab.dim * tab.dtype_bytes)
+            by_key[int(wl.keys.item_keys[i, t])] = (
+                t,
+                table_row(tab, item),
+                tab.dim * tab.dtype_bytes,
+            )
     return np.array([by_key[int(x)] for x in ids]).reshape(-1, 3)
 
 

@@ -9,27 +9,13 @@ of the (table, row) pairs in table order then row order, and the documented dtyp
 
 from __future__ import annotations
 
-import hashlib
 import warnings
 
 import numpy as np
+from brute import M64, salt, splitmix
 
 from helm_plan.cache.keys import emb_keys, splitmix64, table_rows
 from helm_plan.profiles import EmbTable, ModelProfile
-
-M64 = (1 << 64) - 1
-
-
-def _splitmix(x: int) -> int:
-    """SplitMix64's finaliser on Python ints (the published constants and shifts)."""
-    z = (x + 0x9E3779B97F4A7C15) & M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
-
-
-def _salt(name: str) -> int:
-    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little")
 
 
 def _model(tables) -> ModelProfile:
@@ -43,9 +29,9 @@ def test_splitmix64_matches_python_ints_on_edge_values():
     xs = [0, 1, 2, 12345, 2**63, M64, M64 - 0x9E3779B97F4A7C15 + 1]
     got = splitmix64(np.array(xs, np.uint64))
     assert got.dtype == np.uint64
-    assert [int(v) for v in got] == [_splitmix(x) for x in xs]
+    assert [int(v) for v in got] == [splitmix(x) for x in xs]
     # a list of Python ints is converted to uint64 first
-    assert int(splitmix64([7])[0]) == _splitmix(7)
+    assert int(splitmix64([7])[0]) == splitmix(7)
 
 
 def test_splitmix64_of_a_scalar_wraps_silently():
@@ -54,7 +40,7 @@ def test_splitmix64_of_a_scalar_wraps_silently():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         got = splitmix64(np.uint64(M64))
-    assert int(got) == _splitmix(M64)
+    assert int(got) == splitmix(M64)
 
 
 def test_table_rows_identity_is_dense_and_hash_uses_the_salted_splitmix():
@@ -68,10 +54,10 @@ def test_table_rows_identity_is_dense_and_hash_uses_the_salted_splitmix():
     assert rows.dtype == np.int64 and rows.shape == (4, 3)
     assert rows[:, 0].tolist() == [0, 1, 2, 3]  # dense item ids, not the raw ids
     for t, name, n in ((1, "cat", 5), (2, "brand", 1000)):
-        want = [_splitmix((i & M64) ^ _salt(name)) % n for i in ids]
+        want = [splitmix((i & M64) ^ salt(name)) % n for i in ids]
         assert rows[:, t].tolist() == want, name
     # two tables of the same size but different names hash differently (the salt)
-    assert _salt("cat") != _salt("brand")
+    assert salt("cat") != salt("brand")
     # narrower integer ids are widened to int64 first (a uint64 view needs 8 bytes)
     narrow = table_rows(np.array(ids[:3], np.int32), _model(tabs))
     assert narrow.tolist() == rows[:3].tolist()
@@ -90,8 +76,8 @@ def test_emb_keys_numbers_pairs_table_by_table_hand_worked():
     # previous tables' keys
     raw = [
         list(range(len(ids))),
-        [_splitmix(i ^ _salt("cat")) % 3 for i in ids],
-        [_splitmix(i ^ _salt("ctx")) % 7 for i in ids],
+        [splitmix(i ^ salt("cat")) % 3 for i in ids],
+        [splitmix(i ^ salt("ctx")) % 7 for i in ids],
     ]
     base, want_keys, want_bytes, want_table = 0, [[0] * 3 for _ in ids], [], []
     for t, col in enumerate(raw):
