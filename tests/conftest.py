@@ -17,6 +17,20 @@ DATASETS = default_dir(REPO)
 """$HELM_PLAN_DATASETS, else ../shared/datasets beside the repository."""
 
 
+def spy_search_seeds(monkeypatch: pytest.MonkeyPatch, module: object) -> list[int]:
+    """Record the seed of every ``module.search`` call (the oracle's per-window Optuna search),
+    still running the real search."""
+    seeds: list[int] = []
+    real = module.search
+
+    def search(objective, ocfg, seed, known=None):  # noqa: ANN001
+        seeds.append(seed)
+        return real(objective, ocfg, seed, known)
+
+    monkeypatch.setattr(module, "search", search)
+    return seeds
+
+
 def small_table(
     n: int = 400,
     *,

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import spy_search_seeds
 
 import helm_plan.oracle.carry as carry
 from helm_plan.exec.base import Executor
@@ -93,17 +94,9 @@ def fake(monkeypatch):
     FakeRunner.made = []
     FakeRunner.steps = 0
     FakeRunner.p99 = staticmethod(p99)
-    seeds = []
-    real_search = carry.search
-
-    def search(objective, ocfg, seed, known=None):
-        seeds.append(seed)
-        return real_search(objective, ocfg, seed, known)
-
     monkeypatch.setattr(carry, "NodeRunner", FakeRunner)
     monkeypatch.setattr(carry, "collect", Collected)
-    monkeypatch.setattr(carry, "search", search)
-    return seeds
+    return spy_search_seeds(monkeypatch, carry)
 
 
 def _label_row(calls):

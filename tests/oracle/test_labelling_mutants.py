@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import polars as pl
 import pytest
+from conftest import spy_search_seeds
 
 import helm_plan.oracle.labelling as lb
 from helm_plan.exec.base import Executor
@@ -110,21 +111,14 @@ def _span_p99(r, s, ws):
 
 @pytest.fixture
 def spans(monkeypatch):
-    calls, seeds = [], []
+    calls = []
 
     def evaluate_span(ctx, r, ws, s, e, ncfg):
         calls.append((ctx, r, ws, s, e, ncfg))
         return _ev(r, _span_p99(r, s, ws), miss=s * 100 + int(r * 100), emb=s + r, kv=e + r)
 
-    real = lb.search
-
-    def search(objective, ocfg, seed, known=None):
-        seeds.append(seed)
-        return real(objective, ocfg, seed, known)
-
     monkeypatch.setattr(lb, "evaluate_span", evaluate_span)
-    monkeypatch.setattr(lb, "search", search)
-    return calls, seeds
+    return calls, spy_search_seeds(monkeypatch, lb)
 
 
 def test_window_task_warms_on_the_previous_windows(spans):
