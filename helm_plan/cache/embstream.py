@@ -383,7 +383,7 @@ def _generate(
         j += 1
         offs[j] = o
         i += 1
-    if j == 0 and i < n_req:  # no request fitted: the caller would loop forever
+    if j == 0:  # no request fitted (one was left, checked above): the caller would loop forever
         raise ValueError("key buffer smaller than one request's lookups")
     state[0] = i
     state[1] = w
