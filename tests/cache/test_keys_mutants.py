@@ -13,16 +13,10 @@ import warnings
 
 import numpy as np
 from brute import M64, salt, splitmix
+from test_core import model
 
 from helm_plan.cache.keys import emb_keys, splitmix64, table_rows
-from helm_plan.profiles import EmbTable, ModelProfile
-
-
-def _model(tables) -> ModelProfile:
-    return ModelProfile(
-        name="t", layers=1, d_model=8, kv_dtype_bytes=1, max_seq_len=10, n_candidates=2,
-        weights_bytes=0, reserve_bytes=0, source="test", tables=tuple(tables),
-    )  # fmt: skip
+from helm_plan.profiles import EmbTable
 
 
 def test_splitmix64_matches_python_ints_on_edge_values():
@@ -50,7 +44,7 @@ def test_table_rows_identity_is_dense_and_hash_uses_the_salted_splitmix():
         EmbTable("brand", dim=1, dtype_bytes=1, rows=1000, key="hash"),
     ]
     ids = [40, 7, -3, 2**40 + 1]
-    rows = table_rows(np.array(ids), _model(tabs))
+    rows = table_rows(np.array(ids), model(tabs))
     assert rows.dtype == np.int64 and rows.shape == (4, 3)
     assert rows[:, 0].tolist() == [0, 1, 2, 3]  # dense item ids, not the raw ids
     for t, name, n in ((1, "cat", 5), (2, "brand", 1000)):
@@ -59,7 +53,7 @@ def test_table_rows_identity_is_dense_and_hash_uses_the_salted_splitmix():
     # two tables of the same size but different names hash differently (the salt)
     assert salt("cat") != salt("brand")
     # narrower integer ids are widened to int64 first (a uint64 view needs 8 bytes)
-    narrow = table_rows(np.array(ids[:3], np.int32), _model(tabs))
+    narrow = table_rows(np.array(ids[:3], np.int32), model(tabs))
     assert narrow.tolist() == rows[:3].tolist()
 
 
@@ -70,7 +64,7 @@ def test_emb_keys_numbers_pairs_table_by_table_hand_worked():
         EmbTable("ctx", dim=3, dtype_bytes=2, rows=7, key="hash", per_history_token=0),  # 6
     ]
     ids = [11, 5, 11 + 3 * 7 * 1000, 2]
-    m = _model(tabs)
+    m = model(tabs)
     k = emb_keys(np.array(ids), m)
     # reference: per table, the sorted distinct rows get consecutive keys after the
     # previous tables' keys
@@ -102,7 +96,7 @@ def test_emb_keys_hash_table_collisions_share_one_key():
     # rows=1: every item hashes to row 0, so the table has one key shared by all items
     tabs = [EmbTable("item", dim=1, dtype_bytes=1), EmbTable("c", dim=5, dtype_bytes=1, rows=1,
                                                              key="hash")]  # fmt: skip
-    k = emb_keys(np.array([9, 8, 7]), _model(tabs))
+    k = emb_keys(np.array([9, 8, 7]), model(tabs))
     assert k.item_keys.tolist() == [[0, 3], [1, 3], [2, 3]]
     assert k.key_bytes.tolist() == [1, 1, 1, 5] and k.key_table.tolist() == [0, 0, 0, 1]
 
@@ -111,16 +105,16 @@ def test_direct_bytes_only_for_one_identity_table():
     ident = EmbTable("item", dim=3, dtype_bytes=2)
     hashed = EmbTable("h", dim=3, dtype_bytes=2, rows=4, key="hash")
     ids = np.array([3, 1, 2])
-    one = emb_keys(ids, _model([ident]))
+    one = emb_keys(ids, model([ident]))
     assert one.direct_bytes == 6
     assert one.item_keys[:, 0].tolist() == [0, 1, 2]  # key == dense item
-    assert emb_keys(ids, _model([hashed])).direct_bytes == 0
-    assert emb_keys(ids, _model([ident, hashed])).direct_bytes == 0
-    assert emb_keys(ids, _model([hashed, ident])).direct_bytes == 0
+    assert emb_keys(ids, model([hashed])).direct_bytes == 0
+    assert emb_keys(ids, model([ident, hashed])).direct_bytes == 0
+    assert emb_keys(ids, model([hashed, ident])).direct_bytes == 0
 
 
 def test_emb_keys_of_a_model_without_tables_is_empty():
-    k = emb_keys(np.array([1, 2]), _model([]))
+    k = emb_keys(np.array([1, 2]), model([]))
     assert k.n_keys == 0 and k.direct_bytes == 0
     assert k.key_bytes.dtype == np.int64 and k.key_table.dtype == np.int16
     assert k.item_keys.shape == (2, 0) and k.item_keys.dtype == np.int32
