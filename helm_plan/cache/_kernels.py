@@ -286,7 +286,7 @@ def land_prefetch(t, pf, pf_keys, pf_t, key_bytes, e_last, e_qi, qh, qtl, used, 
     return pf, done, qh, qtl, used, clk
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def replay(
     ts, user, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit,
     seed, window, start, stop, max_seq_len, chunk,

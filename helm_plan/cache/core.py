@@ -39,6 +39,7 @@ linked list.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,6 +51,7 @@ from helm_plan.errors import ConfigError
 from helm_plan.profiles import ModelProfile
 
 _QUEUE_SLACK = 1024
+_REPLAYED_LOCK = threading.Lock()
 
 REPLAYED = {"requests": 0}
 """Requests replayed through the caches by this process (every replay goes through
@@ -298,7 +300,8 @@ def replay(
             hint="pass np.zeros(workload.n_keys, np.float32)",
         )
     out = np.zeros((K.N_OUT, stop - start), np.int64)
-    REPLAYED["requests"] += stop - start
+    with _REPLAYED_LOCK:  # the carry oracle replays forks on several threads
+        REPLAYED["requests"] += stop - start
     k = wl.keys
     pf_done = K.replay(
         a.ts_s, a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off, a.tok_stream,

@@ -138,7 +138,7 @@ def serve(
     return BatchResult(start, finish, service, size, bid, float(blocked), free)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _serve(arr, n_comp, ctx, ncand, look_b, miss_b, share, c, bmax, timeout, greedy,
            bt, bd, free, start, finish, service, size, bid):  # fmt: skip
     n = arr.shape[0]

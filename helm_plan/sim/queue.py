@@ -108,7 +108,7 @@ def fifo(
     return QueueResult(start, finish, finish - arr, float(blocked), free)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _fifo(arr, svc, bt, bd, start, finish, free):
     slots = free.shape[0]
     nblk = bt.shape[0]
