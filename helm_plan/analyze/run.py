@@ -3,7 +3,7 @@
 Stages run in order: ``inspect`` → ``curves`` → ``capacity`` → ``oracle`` →
 ``policies`` → ``report`` (see :mod:`helm_plan.analyze.stages`); with workers,
 ``curves`` and the best-static search run in the background of the oracle, on
-the worker its sequential trials leave idle (:mod:`helm_plan.exec.background`). Each finished stage is
+a worker the oracle's threads leave idle (:mod:`helm_plan.exec.background`). Each finished stage is
 stored atomically in ``DIR/.stages/<stage>-<key>.{json,parquet}``, where
 ``key`` is a SHA-256 over the trace's SHA-256, the resolved profile contents,
 the stage's config and the keys of the upstream stages it reads. A rerun with
@@ -224,7 +224,7 @@ def _run_analyze(
         static = None
         if not cache.path("policies", keys["policies"], "json").is_file():
             # the static search needs no labels: with workers it runs beside the oracle on
-            # the cores the oracle's sequential trials leave idle (same answer)
+            # a worker the oracle's threads leave idle (same answer)
             static = BackgroundStatic(op_ctx, cfg.node, ocfg, executor)
         oracle_s = None
         with stage("oracle", labels is not None) as tick:

@@ -1,7 +1,7 @@
 """Work that runs beside the foreground on the workers it leaves idle.
 
-The carry oracle is sequential in windows and runs its Optuna trials in the
-driver, so a process pool of two has a worker idle for most of it. Work that
+The carry oracle is sequential in windows and steps its forks on threads of
+the driver, so a process pool of two has a worker idle for most of it. Work that
 does not depend on the labels (the best-static search, the cache curves) can
 fill that worker: :class:`Background` runs ``fn(view)`` on a daemon thread,
 where ``view`` is ``executor.trickle()`` (one task in flight per map), so its

@@ -15,23 +15,29 @@ continues). ``P99_w(r)`` is then exactly the window-``w`` P99 of
 (tested). Windows are labelled in order, so this mode is sequential in windows,
 but not in trials: a window's first points (the coarse grid and the edge
 points, :func:`~helm_plan.oracle.search.first_points`) are independent forks
-of the carried node, mapped over the executor; the workers get the trace once
-for the whole run and the carried node once per window. The Optuna trials that
-follow run in this process, one after another (each suggestion depends on the
-previous), exactly as with one worker, so labels do not depend on the worker
-count.
+of the carried node, and so are the Optuna trials of one batch
+(``trial_batch``). With a local process pool of ``n`` workers they are stepped
+on ``n`` threads of this process (the node kernels release the GIL), so every
+fork shares the trace and the fork that served ``r*`` carries on with no
+replay; with another backend (Ray) the first points are mapped over it, the
+workers get the trace once for the whole run and the carried node once per
+window. Which ratios are evaluated depends on ``trial_batch`` and the seed,
+never on the worker count, so neither do the labels.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from helm_plan.exec import Executor
+from helm_plan.exec import Executor, ProcessExecutor
 from helm_plan.oracle.config import OracleConfig
-from helm_plan.oracle.search import Eval, first_points, rank_key, search, seed_for
+from helm_plan.oracle.search import Eval, Evaluate, first_points, rank_key, search, seed_for
 from helm_plan.sim.config import NodeConfig
 from helm_plan.sim.context import NodeContext
 from helm_plan.sim.node import NodeResult, collect
@@ -59,23 +65,39 @@ def carry_rows(
     rows: list[dict[str, Any]] = []
     served: list[WindowResult] = []
     n_w = node.n_windows
+    threads = executor.workers if isinstance(executor, ProcessExecutor) else 1
+    remote = executor if executor is not None and executor.workers > 1 and threads == 1 else None
     if progress:
         progress(0, n_w)
-    for w in range(n_w):
-        if node.edges[w + 1] == node.edges[w]:
-            rows.append(empty_row(w))
-            served.append(node.step(_keep(node)))
-        else:
-            row, after, result = _search_window(node, w, ocfg, label_row, executor)
-            rows.append(row)
-            if after is None:  # r* was evaluated in a worker: step this node to it
-                result = node.step(row["r_star"])
+    with contextlib.ExitStack() as stack:
+        evaluate = _threaded(threads, stack) if threads > 1 else None
+        for w in range(n_w):
+            if node.edges[w + 1] == node.edges[w]:
+                rows.append(empty_row(w))
+                served.append(node.step(_keep(node)))
             else:
-                node = after
-            served.append(result)
-        if progress:
-            progress(w + 1, n_w)
+                row, after, result = _search_window(node, w, ocfg, label_row, remote, evaluate)
+                rows.append(row)
+                if after is None:  # r* was evaluated in a worker: step this node to it
+                    result = node.step(row["r_star"])
+                else:
+                    node = after
+                served.append(result)
+            if progress:
+                progress(w + 1, n_w)
     return rows, collect(served, lazy).compact()
+
+
+def _threaded(threads: int, stack: contextlib.ExitStack) -> Evaluate:
+    """Evaluate a group of ratios on ``threads`` threads (results in order)."""
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="helm-plan trial")
+    # on an error or Ctrl-C, drop the queued steps; the running ones end within a window
+    stack.callback(pool.shutdown, wait=True, cancel_futures=True)
+
+    def evaluate(objective: Callable[[float], Eval], rs: list[float]) -> list[Eval]:
+        return list(pool.map(objective, rs)) if len(rs) > 1 else [objective(r) for r in rs]
+
+    return evaluate
 
 
 def _step_task(shared: tuple[NodeContext, NodeRunner], r: float) -> WindowResult:
@@ -88,38 +110,44 @@ def _step_task(shared: tuple[NodeContext, NodeRunner], r: float) -> WindowResult
 
 def _search_window(
     node: NodeRunner, w: int, ocfg: OracleConfig, label_row: LabelRow,
-    executor: Executor | None = None,
+    remote: Executor | None = None, evaluate: Evaluate | None = None,
 ) -> tuple[dict[str, Any], NodeRunner | None, WindowResult]:  # fmt: skip
     """Window ``w``'s label row: every candidate r is one step of a fork of the carried node.
 
     Also returns the fork that served r* and its window, when r* was evaluated here (the
     best fork so far is kept, so the node moves on without replaying the window again);
-    ``None`` when r* came from a worker.
+    ``None`` when r* came from a ``remote`` worker (the first points go there when given).
+    ``evaluate`` steps a group of forks at once (threads).
     """
     full: dict[float, WindowResult] = {}
     known: dict[float, Eval] = {}
     prev_r = node.ratio if w else None
     best: list[Any] = []  # [rank key, r, fork] of the best r evaluated in this process
-    if executor is not None and executor.workers > 1:
+    lock = threading.Lock()
+    if remote is not None:
         pts = first_points(ocfg)
         detached = copy.copy(node)
         detached.ctx = None  # type: ignore[assignment]  # the workers hold the trace already
-        got = executor.map(_step_task, pts, shared=(node.ctx, detached),
-                           label=lambda r: f"window {w} at r={r:g}")  # fmt: skip
+        got = remote.map(_step_task, pts, shared=(node.ctx, detached),
+                         label=lambda r: f"window {w} at r={r:g}")  # fmt: skip
         for r, res in zip(pts, got, strict=True):
             full[r] = res
             known[r] = res.p99_ms, res.slo_attainment, res.mean_ms
 
-    def objective(r: float) -> Eval:
+    def objective(r: float) -> Eval:  # may run on several threads at once
         fork = node.fork()
-        full[r] = res = fork.step(r)
+        res = fork.step(r)
         ev = res.p99_ms, res.slo_attainment, res.mean_ms
+        # rank keys differ for every r, so the best is the same in any order of completion;
+        # only the best fork is kept (memory: one node state per thread, plus the best)
         key = rank_key(r, ev, prev_r)
-        if not best or key < best[0]:
-            best[:] = [key, r, fork]
+        with lock:
+            full[r] = res
+            if not best or key < best[0]:
+                best[:] = [key, r, fork]
         return ev
 
-    evals = search(objective, ocfg, seed_for(ocfg.seed, w), known)
+    evals = search(objective, ocfg, seed_for(ocfg.seed, w), known, evaluate)
     # ties go to the r nearest the ratio the node runs at (no needless move)
     row = label_row(w, evals, full, prev_r)
     r_star = row["r_star"]

@@ -19,6 +19,9 @@ class OracleConfig:
 
     trials: int = 20
     """Optuna trials per window, on top of the coarse-grid and edge-point warm start."""
+    trial_batch: int = 2
+    """Optuna trials asked at a time (``study.ask``) and evaluated side by side: the labels
+    depend on it, never on the worker count (1 = Optuna's own one-at-a-time loop)."""
     sampler: str = "tpe"
     """Optuna sampler: tpe (default) or gp."""
     grid_step: float | None = None
@@ -40,6 +43,7 @@ class OracleConfig:
 
     def __post_init__(self) -> None:
         require_int("trials", self.trials, 0)
+        require_int("trial_batch", self.trial_batch, 1)
         if self.sampler not in SAMPLERS:
             raise ConfigError(
                 f"unknown sampler {self.sampler!r}", hint=f"use one of {', '.join(SAMPLERS)}"

@@ -9,8 +9,8 @@ For window ``w``, ``P99_w(r)`` is evaluated in one of two ways:
   are mapped over the executor; window ``w``'s study is seeded with
   ``SeedSequence([seed, w])``, so labels are identical for any worker count.
 - ``warmup="carry"``: from the node the labelled schedule leaves behind
-  (:mod:`helm_plan.oracle.carry`), in order; a window's first points are
-  mapped over the executor.
+  (:mod:`helm_plan.oracle.carry`), in order; a window's forks are stepped
+  side by side (threads with a local pool, the first points over Ray).
 
 Then ``r*_w = argmin P99_w(r)`` found by :func:`helm_plan.oracle.search.search`.
 """

@@ -7,7 +7,11 @@
 2. a seeded Optuna study (TPE by default, GP optional) is warm-started with
    those points (``study.add_trial``) and runs ``trials`` more trials on the
    ``ratio_step`` lattice (default 0.01; repeated suggestions are memoised,
-   so the evaluations may be fewer than ``trials`` + grid);
+   so the evaluations may be fewer than ``trials`` + grid). The trials are
+   asked ``trial_batch`` at a time (TPE with ``constant_liar``, Optuna's setting
+   for trials asked before earlier ones are told) and a batch's new points are evaluated together through
+   ``evaluate`` (the carry oracle's threads); the batch, not the worker count,
+   shapes the study, so labels are identical for any number of workers;
 3. or, with ``grid_step``, an exhaustive grid replaces Optuna (validation).
 
 ``r*`` is the evaluated r with the lowest P99; ties go to the higher SLO
@@ -19,7 +23,6 @@ set to WARNING.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -67,37 +70,48 @@ def first_points(ocfg: OracleConfig) -> list[float]:
     return sorted(round(float(r), 9) for r in pts)
 
 
+Evaluate = Callable[[Callable[[float], Eval], list[float]], list[Eval]]
+"""Evaluates an objective at several ratios (in any order or concurrently), results in order."""
+
+
+def _in_order(objective: Callable[[float], Eval], rs: list[float]) -> list[Eval]:
+    return [objective(r) for r in rs]
+
+
 def search(
     objective: Callable[[float], Eval],
     ocfg: OracleConfig,
     seed: int,
     known: dict[float, Eval] | None = None,
+    evaluate: Evaluate | None = None,
 ) -> dict[float, Eval]:
     """Evaluate the first points, then Optuna (unless a grid is given); return r -> Eval.
 
     ``known`` holds evaluations already made (e.g. the first points, evaluated
-    in parallel); they are not repeated.
+    in parallel); they are not repeated. ``evaluate`` runs the objective over a
+    group of new ratios (the first points, then each batch of trials); by
+    default one after another.
     """
     evals: dict[float, Eval] = dict(known or {})
+    run = evaluate or _in_order
 
-    def ev(r: float) -> Eval:
-        r = round(float(r), 9)
-        if r not in evals:
-            evals[r] = objective(r)
-        return evals[r]
+    def ev(rs: list[float]) -> None:
+        todo = sorted({round(float(r), 9) for r in rs} - evals.keys())
+        for r, e in zip(todo, run(objective, todo), strict=True):
+            evals[r] = e
 
-    for r in first_points(ocfg):
-        ev(r)
+    ev(first_points(ocfg))
     if ocfg.grid_step is not None or ocfg.trials == 0:
         return evals
     import optuna
     from optuna.distributions import FloatDistribution
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    batch = ocfg.trial_batch
     sampler = (
         optuna.samplers.GPSampler(seed=seed)
         if ocfg.sampler == "gp"
-        else optuna.samplers.TPESampler(seed=seed)
+        else optuna.samplers.TPESampler(seed=seed, constant_liar=batch > 1)
     )
     study = optuna.create_study(direction="minimize", sampler=sampler)
     dist = FloatDistribution(0.0, 1.0, step=ocfg.ratio_step)
@@ -106,12 +120,13 @@ def search(
             study.add_trial(
                 optuna.trial.create_trial(params={"r": r}, distributions={"r": dist}, value=p99)
             )
-
-    def obj(trial: Any) -> float:
-        p99 = ev(trial.suggest_float("r", 0.0, 1.0, step=ocfg.ratio_step))[0]
-        return p99 if np.isfinite(p99) else 1e300
-
-    study.optimize(obj, n_trials=ocfg.trials)
+    for first in range(0, ocfg.trials, batch):
+        trials = [study.ask() for _ in range(min(batch, ocfg.trials - first))]
+        rs = [round(float(t.suggest_float("r", 0.0, 1.0, step=ocfg.ratio_step)), 9) for t in trials]
+        ev(rs)
+        for t, r in zip(trials, rs, strict=True):
+            p99 = evals[r][0]
+            study.tell(t, p99 if np.isfinite(p99) else 1e300)
     return evals
 
 

@@ -142,7 +142,7 @@ class BackgroundStatic:
     """:func:`best_static` in the background of the carry oracle (:mod:`helm_plan.exec.background`).
 
     Its runs trickle through the workers the oracle leaves idle while it runs
-    its Optuna trials in the driver, one whole-trace run at a time; the search
+    its forks on threads of the driver, one whole-trace run at a time; the search
     and its memo are the same as in the foreground, so the answer is identical.
     """
 

@@ -11,6 +11,7 @@ from helm_plan import arrays as A
 from helm_plan.errors import ConfigError
 from helm_plan.oracle import OracleConfig, label_windows
 from helm_plan.oracle.labels import grid_suffix
+from helm_plan.oracle.search import first_points
 from helm_plan.profiles import load_gpu, load_model
 from helm_plan.sim import NodeConfig, prepare_context, simulate_node
 
@@ -55,3 +56,49 @@ def test_carry_is_deterministic_and_validated(ctx):
     assert a.equals(b)
     with pytest.raises(ConfigError, match="unknown warmup 'forever'"):
         OracleConfig(warmup="forever")
+
+
+def test_a_local_pool_steps_the_forks_on_threads_with_the_same_labels_and_replays(
+    ctx, monkeypatch
+):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from helm_plan.cache import core
+    from helm_plan.exec import local
+    from helm_plan.oracle import carry
+
+    pools, groups = [], []
+
+    class Recording(ThreadPoolExecutor):
+        def __init__(self, n, **kw):
+            pools.append(n)
+            super().__init__(n, **kw)
+
+        def map(self, fn, rs):
+            groups.append(len(rs))
+            return super().map(fn, rs)
+
+    monkeypatch.setattr(carry, "ThreadPoolExecutor", Recording)
+    ncfg = NodeConfig(slo_ms=1.0, window_s=10.0)
+    ocfg = OracleConfig(trials=6, trial_batch=2, seed=5)
+
+    def run(executor):
+        before = core.REPLAYED["requests"]
+        lab = label_windows(ctx, ncfg, ocfg, executor=executor)
+        return lab, core.REPLAYED["requests"] - before
+
+    serial, n_serial = run(None)
+    assert pools == [] and groups == []
+    with local(2) as ex:
+        threaded, n_threaded = run(ex)
+    assert pools == [2]
+    n_w = int((threaded.table["requests"].to_numpy() > 0).sum())
+    assert n_w >= 5
+    # per window: the first points as one group, then each batch of 2 new ratios (a single
+    # new ratio is stepped in this thread)
+    n_first = len(first_points(ocfg))
+    assert groups.count(n_first) == n_w and set(groups) == {n_first, 2}
+    assert threaded.table.equals(serial.table)
+    np.testing.assert_array_equal(threaded.schedule_run.sojourn_s, serial.schedule_run.sojourn_s)
+    # the fork that served r* carries on in this process: no window is replayed again
+    assert n_threaded == n_serial

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from helm_plan.errors import ConfigError
 from helm_plan.oracle.config import OracleConfig
 from helm_plan.oracle.search import (
     EDGE_POINTS,
@@ -175,3 +176,74 @@ def test_search_is_deterministic_per_seed():
     a, b, c = (search(_bowl, ocfg, s) for s in (4, 4, 5))
     assert sorted(a) == sorted(b)  # the same ratios evaluated (NaN != NaN, so keys only)
     assert sorted(a) != sorted(c)
+
+
+def _optuna_loop_reference(objective, ocfg, seed):
+    """The ratios Optuna's own ``study.optimize`` evaluates, in order (one trial at a time)."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    evals = {r: objective(r) for r in first_points(ocfg)}
+    order = list(evals)
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
+    dist = FloatDistribution(0.0, 1.0, step=ocfg.ratio_step)
+    for r, ev in sorted(evals.items()):
+        if np.isfinite(ev[0]):
+            study.add_trial(
+                optuna.trial.create_trial(params={"r": r}, distributions={"r": dist}, value=ev[0])
+            )
+
+    def obj(trial):
+        r = round(trial.suggest_float("r", 0.0, 1.0, step=ocfg.ratio_step), 9)
+        if r not in evals:
+            evals[r] = objective(r)
+            order.append(r)
+        p99 = evals[r][0]
+        return p99 if np.isfinite(p99) else 1e300
+
+    study.optimize(obj, n_trials=ocfg.trials)
+    return order
+
+
+def test_a_batch_of_one_is_optunas_own_optimize_loop():
+    ocfg = OracleConfig(coarse_step=0.25, trials=10, trial_batch=1)
+    calls = []
+
+    def objective(r):
+        calls.append(r)
+        return _bowl(r)
+
+    search(objective, ocfg, 21)
+    assert calls == _optuna_loop_reference(_bowl, ocfg, 21)
+
+
+def test_trials_are_asked_a_batch_at_a_time_and_any_evaluator_gives_the_same_ratios(studies):
+    ocfg = OracleConfig(coarse_step=0.5, trials=7, trial_batch=3)
+    groups = []
+
+    def in_order(objective, rs):
+        groups.append(list(rs))
+        return [objective(r) for r in rs]
+
+    def backwards(objective, rs):  # evaluates in reverse order: the study must not notice
+        return [objective(r) for r in reversed(rs)][::-1]
+
+    a = search(_bowl, ocfg, 13, evaluate=in_order)
+    b = search(_bowl, ocfg, 13, evaluate=backwards)
+    assert sorted(a) == sorted(b)
+    assert groups[0] == first_points(ocfg)  # the first points go out as one group
+    # then 3 + 3 + 1 trials: a group holds a batch's new ratios, each evaluated once
+    assert all(len(g) <= 3 for g in groups[1:]) and len(groups) == 1 + 3
+    flat = [r for g in groups for r in g]
+    assert len(flat) == len(set(flat)) == len(a)
+    study = studies[0][0]
+    assert len(study.trials) == 3 + 7  # the finite first points, then every asked trial told
+    for t in study.trials[3:]:
+        r = round(t.params["r"], 9)
+        assert t.value == (1e300 if r > 0.9 else a[r][0])
+
+
+def test_trial_batch_is_validated():
+    with pytest.raises(ConfigError, match="trial_batch must be a positive integer, got 0"):
+        OracleConfig(trial_batch=0)
