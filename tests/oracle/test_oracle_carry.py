@@ -58,9 +58,7 @@ def test_carry_is_deterministic_and_validated(ctx):
         OracleConfig(warmup="forever")
 
 
-def test_a_local_pool_steps_the_forks_on_threads_with_the_same_labels_and_replays(
-    ctx, monkeypatch
-):
+def test_a_local_pool_steps_the_forks_on_threads_with_the_same_labels_and_replays(ctx, monkeypatch):
     from concurrent.futures import ThreadPoolExecutor
 
     from helm_plan.cache import core
