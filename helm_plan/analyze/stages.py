@@ -284,6 +284,13 @@ def stage_policies(
     """
     total = len(POLICY_NAMES) + 2
     progress(0, total)
+    # the adaptive policies need only the labels, so they run first: a best-static search
+    # still finishing in the background (its golden steps are sequential) overlaps them
+    env = PolicyEnv(oracle=oracle_cfg, labels=labels)
+    adaptive = list(ADAPTIVE_NAMES)  # the rest of POLICY_NAMES: constant ratios, from the memo
+    ran = (executor or SerialExecutor()).map(
+        policy_task, adaptive, shared=(ctx, node_cfg, env), label=lambda n: f"policy {n}"
+    )
     if static is not None:
         bs, runs = static.result(executor)
     else:
@@ -295,12 +302,7 @@ def stage_policies(
     results: dict[str, NodeResult] = {}
     grid_r = np.asarray(labels.coarse_grid)
     lab_r = labels.r_star
-    env = PolicyEnv(oracle=oracle_cfg, labels=labels, best_static=bs)
     static_r = {"best-static": bs.ratio, "emb-max": 1.0, "kv-max": 0.0}
-    adaptive = [n for n in POLICY_NAMES if n not in static_r]
-    ran = (executor or SerialExecutor()).map(
-        policy_task, adaptive, shared=(ctx, node_cfg, env), label=lambda n: f"policy {n}"
-    )
     by_name = dict(zip(adaptive, ran, strict=True))
     for k, name in enumerate(POLICY_NAMES, start=2):
         if name in static_r:
