@@ -91,8 +91,9 @@ def carry_rows(
 def _threaded(threads: int, stack: contextlib.ExitStack) -> Evaluate:
     """Evaluate a group of ratios on ``threads`` threads (results in order)."""
     pool = ThreadPoolExecutor(threads, thread_name_prefix="helm-plan trial")
-    # on an error or Ctrl-C, drop the queued steps; the running ones end within a window
-    stack.callback(pool.shutdown, wait=True, cancel_futures=True)
+    # an error or Ctrl-C leaving ``pool.map`` cancels its queued steps (Executor.map's own
+    # cleanup); closing the stack then waits for the running ones, one window step each
+    stack.callback(pool.shutdown)
 
     def evaluate(objective: Callable[[float], Eval], rs: list[float]) -> list[Eval]:
         return list(pool.map(objective, rs)) if len(rs) > 1 else [objective(r) for r in rs]

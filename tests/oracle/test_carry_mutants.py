@@ -268,3 +268,36 @@ def test_a_tie_goes_to_the_ratio_the_node_runs_at_without_a_replay(fake):
     assert calls[1][3] == 1.0
     assert FakeRunner.steps == 2 * len(GRID)
     assert [s.r for s in run[1].served] == [1.0, 1.0]
+
+
+def test_the_thread_evaluator_names_its_threads_and_ends_cleanly_on_an_error():
+    import contextlib
+    import threading
+    import time
+
+    started, finished, names = [], [], set()
+
+    def objective(r):
+        started.append(r)
+        names.add(threading.current_thread().name)
+        if r == 0.0:
+            raise ValueError("boom")
+        time.sleep(0.05)
+        finished.append(r)
+        return (r, 1.0, r)
+
+    with contextlib.ExitStack() as stack:  # in order and named, without an error
+        assert carry._threaded(2, stack)(objective, [0.1, 0.2, 0.3]) == [
+            (r, 1.0, r) for r in (0.1, 0.2, 0.3)
+        ]
+    assert names and all(n.startswith("helm-plan trial") for n in names)
+    started.clear(), finished.clear()
+    rs = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
+    with pytest.raises(ValueError, match="boom"), contextlib.ExitStack() as stack:
+        carry._threaded(2, stack)(objective, rs)
+    # leaving the block waited for every step already running ...
+    assert sorted(finished) == sorted(set(started) - {0.0})
+    # ... and dropped the queued ones: they never start
+    n = len(started)
+    time.sleep(0.2)
+    assert len(started) == n < len(rs)

@@ -244,6 +244,30 @@ def test_trials_are_asked_a_batch_at_a_time_and_any_evaluator_gives_the_same_rat
         assert t.value == (1e300 if r > 0.9 else a[r][0])
 
 
+def test_an_evaluator_must_return_one_result_per_ratio():
+    def short(objective, rs):  # drops the last ratio's result
+        return [objective(r) for r in rs][:-1]
+
+    with pytest.raises(ValueError, match="zip"):
+        search(_bowl, OracleConfig(coarse_step=0.5, trials=0), 0, evaluate=short)
+
+
+def test_tpe_tells_running_trials_apart_only_when_trials_are_batched(monkeypatch):
+    import optuna
+
+    built = []
+    real = optuna.samplers.TPESampler
+
+    def spy(**kw):
+        built.append(kw)
+        return real(**kw)
+
+    monkeypatch.setattr(optuna.samplers, "TPESampler", spy)
+    for batch in (1, 2, 3):
+        search(_bowl, OracleConfig(coarse_step=0.5, trials=2, trial_batch=batch), 7)
+    assert built == [{"seed": 7, "constant_liar": b} for b in (False, True, True)]
+
+
 def test_trial_batch_is_validated():
     with pytest.raises(ConfigError, match="trial_batch must be a positive integer, got 0"):
         OracleConfig(trial_batch=0)
