@@ -17,11 +17,10 @@ parallel mode).
 Run: ``python benchmarks/bench_exec.py [--trials 30] [--workers 2] [--repeats 2]``
 (repeats are interleaved and the best of each is kept: the machine is shared).
 
-TODO(plan): issue 13 also asks for ``--plan``: a 10M-request ``helm-plan plan``
-run (3 GPUs x 3 policies x 3 routers) through Ray on this machine, reporting
-the time and the peak memory of the driver and of a worker, and showing that
-the driver's memory does not grow with the number of tasks. ``plan`` does not
-exist yet; add that mode here once it does (``--plan`` is rejected until then).
+Not here: issue 13's 10M-request ``helm-plan plan`` through Ray (3 GPUs x 3 policies x 3
+routers). ``plan`` exists (``bench_plan.py``), but every fleet size of every combination
+replays the whole scaled trace: ``bench_plan.py`` extrapolates 1M requests x 48
+combinations to several hours on 2 cores, so 10M x 27 is more than a day on this machine.
 """
 
 from __future__ import annotations
