@@ -8,10 +8,11 @@
    those points (``study.add_trial``) and runs ``trials`` more trials on the
    ``ratio_step`` lattice (default 0.01; repeated suggestions are memoised,
    so the evaluations may be fewer than ``trials`` + grid). The trials are
-   asked ``trial_batch`` at a time (TPE with ``constant_liar``, Optuna's setting
-   for trials asked before earlier ones are told) and a batch's new points are evaluated together through
-   ``evaluate`` (the carry oracle's threads); the batch, not the worker count,
-   shapes the study, so labels are identical for any number of workers;
+   asked ``trial_batch`` at a time (TPE with ``constant_liar``, Optuna's
+   setting for trials asked before earlier ones are told), and a batch's new
+   points are evaluated together through ``evaluate`` (the carry oracle's
+   threads); the batch, not the worker count, shapes the study, so labels are
+   identical for any number of workers;
 3. or, with ``grid_step``, an exhaustive grid replaces Optuna (validation).
 
 ``r*`` is the evaluated r with the lowest P99; ties go to the higher SLO

@@ -48,6 +48,8 @@ def test_defaults_and_edges_are_accepted():
     [
         ({"trials": -1}, "trials must be an integer >= 0, got -1"),
         ({"trials": 2.0}, "trials must be an integer >= 0, got 2.0"),
+        ({"trial_batch": 0}, "trial_batch must be a positive integer, got 0"),
+        ({"trial_batch": 1.5}, "trial_batch must be a positive integer, got 1.5"),
         ({"grid_step": 0.0}, "grid_step must be positive, got 0.0"),
         ({"grid_step": -0.5}, "grid_step must be positive, got -0.5"),
         ({"grid_step": 1.5}, "grid_step must be in [0.0, 1.0], got 1.5"),

@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 
-from helm_plan.errors import ConfigError
 from helm_plan.oracle.config import OracleConfig
 from helm_plan.oracle.search import (
     EDGE_POINTS,
@@ -266,8 +265,3 @@ def test_tpe_tells_running_trials_apart_only_when_trials_are_batched(monkeypatch
     for batch in (1, 2, 3):
         search(_bowl, OracleConfig(coarse_step=0.5, trials=2, trial_batch=batch), 7)
     assert built == [{"seed": 7, "constant_liar": b} for b in (False, True, True)]
-
-
-def test_trial_batch_is_validated():
-    with pytest.raises(ConfigError, match="trial_batch must be a positive integer, got 0"):
-        OracleConfig(trial_batch=0)
