@@ -325,7 +325,9 @@ def iter_batches(
     pf = _open(p, stream=True)
     rows, last, offset = 0, None, 0.0
     try:
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+        # one decoding thread: on 2 cores it is faster, and per-column decoders running
+        # side by side held about 70 MiB more (1.2M-request trace)
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
             if batch.num_rows == 0:
                 continue
             t = pa.Table.from_batches([batch])
