@@ -47,6 +47,37 @@ def densify(
     (``new_items``, ``candidates``), from ``id_batches`` when given (a file source
     that re-reads just those columns), else from ``batches`` again.
     """
+    f = request_columns(batches, has_candidates=has_candidates, has_latency=has_latency)
+    tok_off = f["tok_off"]
+    to_dense = DenseMap(f["item_ids"])
+    tok_stream = np.empty(int(tok_off[-1]), np.int32)
+    cand_offsets = f["cand_offsets"]
+    cand_values = np.empty(int(cand_offsets[-1]), np.int32)
+    t = c = 0
+    for b in (id_batches or batches)():
+        flat = pc.list_flatten(_list(b.column("new_items")))
+        tok_stream[t : t + len(flat)] = to_dense(flat)
+        t += len(flat)
+        if has_candidates:
+            flat = pc.list_flatten(_list(b.column("candidates")))
+            cand_values[c : c + len(flat)] = to_dense(flat)
+            c += len(flat)
+    if t != len(tok_stream) or c != len(cand_values):
+        raise RuntimeError("the trace changed between the two passes of the dense build")
+
+    pa.default_memory_pool().release_unused()
+    hist_values = np.empty(len(tok_stream), np.int32)
+    _histories(f["user"], tok_off, tok_stream, f["user_hist_offsets"], hist_values)
+    return {**f, "hist_values": hist_values, "tok_stream": tok_stream, "cand_values": cand_values}
+
+
+def request_columns(batches: Batches, *, has_candidates: bool, has_latency: bool) -> dict[str, Any]:
+    """Pass 1 of :func:`densify`: every field but the token arrays, in one pass.
+
+    ``hist_values``, ``tok_stream`` and ``cand_values`` are left out (their
+    offsets are here); ``hist_end`` is the user's running token count. Peak
+    memory is the per-request columns and the distinct item ids.
+    """
     ts, users, n_new, ncand, lat = [], [], [], [], []
     items = _DistinctIds()
     for b in batches():
@@ -68,50 +99,27 @@ def densify(
     n_cand = _cat(ncand, np.int64)
     tok_off = np.zeros(n + 1, np.int64)
     np.cumsum(new, out=tok_off[1:])
-    item_ids = items.sorted()
-    # the batches are gone; hand their pages back before the big outputs are allocated
-    pa.default_memory_pool().release_unused()
-    to_dense = _DenseMap(item_ids)
-
-    tok_stream = np.empty(int(tok_off[-1]), np.int32)
     if has_candidates:
         cand_offsets = np.zeros(n + 1, np.int64)
         np.cumsum(n_cand, out=cand_offsets[1:])
-        cand_values = np.empty(int(cand_offsets[-1]), np.int32)
     else:
-        cand_offsets, cand_values = np.zeros(1, np.int64), np.zeros(0, np.int32)
-    t = c = 0
-    for b in (id_batches or batches)():
-        flat = pc.list_flatten(_list(b.column("new_items")))
-        tok_stream[t : t + len(flat)] = to_dense(flat)
-        t += len(flat)
-        if has_candidates:
-            flat = pc.list_flatten(_list(b.column("candidates")))
-            cand_values[c : c + len(flat)] = to_dense(flat)
-            c += len(flat)
-    if t != len(tok_stream) or c != len(cand_values):
-        raise RuntimeError("the trace changed between the two passes of the dense build")
-
-    pa.default_memory_pool().release_unused()
+        cand_offsets = np.zeros(1, np.int64)
+    item_ids = items.sorted()
     n_users = len(user_ids)
     user_hist_offsets = np.zeros(n_users + 1, np.int64)
     np.cumsum(_tokens_per_user(user, new, n_users), out=user_hist_offsets[1:])
-    hist_values = np.empty(len(tok_stream), np.int32)
-    hist_end = np.empty(n, np.int64)
-    _histories(user, tok_off, tok_stream, user_hist_offsets, hist_values, hist_end)
+    # the batches are gone; hand their pages back before the big outputs are allocated
+    pa.default_memory_pool().release_unused()
     return {
         "ts_s": ts_s,
         "user": user,
         "n_new": new,
-        "hist_end": hist_end,
+        "hist_end": _running_tokens(user, new, n_users),
         "user_hist_offsets": user_hist_offsets,
-        "hist_values": hist_values,
         "tok_off": tok_off,
-        "tok_stream": tok_stream,
         "n_cand": n_cand,
         "explicit_candidates": has_candidates,
         "cand_offsets": cand_offsets,
-        "cand_values": cand_values,
         "n_users": n_users,
         "n_items": len(item_ids),
         "user_ids": user_ids,
@@ -160,7 +168,7 @@ class _DistinctIds:
         return np.sort(self._acc)
 
 
-class _DenseMap:
+class DenseMap:
     """Maps original ids (all present in ``item_ids``) to their rank, as int32."""
 
     def __init__(self, item_ids: np.ndarray) -> None:
@@ -187,9 +195,20 @@ def _tokens_per_user(user: np.ndarray, n_new: np.ndarray, n_users: int) -> np.nd
 
 
 @nb.njit(cache=True)
-def _histories(user, tok_off, tok_stream, user_hist_offsets, hist_values, hist_end):  # noqa: ANN001
+def _running_tokens(user: np.ndarray, n_new: np.ndarray, n_users: int) -> np.ndarray:
+    # hist_end without the tokens: each user's history length after each request
+    seen = np.zeros(n_users, np.int64)
+    out = np.empty(len(user), np.int64)
+    for i in range(len(user)):
+        seen[user[i]] += n_new[i]
+        out[i] = seen[user[i]]
+    return out
+
+
+@nb.njit(cache=True)
+def _histories(user, tok_off, tok_stream, user_hist_offsets, hist_values):  # noqa: ANN001
     # A counting sort by user, stable in request order: each request's tokens go after
-    # its user's earlier ones, and hist_end is the user's history length so far.
+    # its user's earlier ones.
     cursor = user_hist_offsets[:-1].copy()
     for i in range(len(user)):
         u = user[i]
@@ -198,7 +217,6 @@ def _histories(user, tok_off, tok_stream, user_hist_offsets, hist_values, hist_e
         for k in range(a, b):
             hist_values[c + k - a] = tok_stream[k]
         cursor[u] = c + b - a
-        hist_end[i] = cursor[u] - user_hist_offsets[u]
 
 
 def _list(col: pa.Array | pa.ChunkedArray) -> pa.Array:

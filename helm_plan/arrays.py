@@ -71,6 +71,12 @@ class TraceArrays:
     def n_requests(self) -> int:
         return len(self.ts_s)
 
+    @property
+    def holds_tokens(self) -> bool:
+        """False for a columns-only load (:mod:`helm_plan.cache.sampled`): nothing to replay."""
+        toks = len(self.tok_stream) == int(self.tok_off[-1]) == len(self.hist_values)
+        return toks and len(self.cand_values) == int(self.cand_offsets[-1])
+
     def history_len(self, max_seq_len: int) -> np.ndarray:
         """Context length L per request, capped at ``max_seq_len``."""
         return np.minimum(self.hist_end, max_seq_len)
@@ -106,6 +112,14 @@ def from_file(
     batch, where reading the table first costs its Arrow copy as well.
     """
     _check_window(candidate_window_tokens)
+    names, checked, id_lists = file_batches(path, batch_rows)
+    return _build(checked, names, seed, candidate_window_tokens, id_batches=id_lists)
+
+
+def file_batches(
+    path: str | os.PathLike[str], batch_rows: int = BATCH_ROWS
+) -> tuple[list[str], Batches, Batches]:
+    """A trace file's columns, and its two passes: every column validated, then the id lists."""
     names = trace.column_names(path)
     lists = [c for c in ("new_items", "candidates") if c in names]
 
@@ -115,7 +129,7 @@ def from_file(
     def id_lists() -> Iterator[pa.Table]:  # pass 2 re-reads only the id lists it maps
         return trace.iter_batches(path, columns=lists, batch_rows=batch_rows, check=False)
 
-    return _build(checked, names, seed, candidate_window_tokens, id_batches=id_lists)
+    return names, checked, id_lists
 
 
 def _build(

@@ -43,8 +43,8 @@ def _mix(z):
 
 
 @nb.njit(cache=True, inline="always")
-def draw_candidate(seed, i, k, tok_off, tok_stream, window):
-    """Dense item id of implicit candidate ``k`` of request ``i``; -1 before any token."""
+def draw_position(seed, i, k, tok_off, window):
+    """Index in the token stream of implicit candidate ``k`` of request ``i``; -1 before any token."""
     hi = tok_off[i + 1]
     span = hi if hi < window else window
     if span == 0:
@@ -53,7 +53,16 @@ def draw_candidate(seed, i, k, tok_off, tok_stream, window):
     # multiply-shift: the top 32 bits of a uniform 32-bit draw times span, exactly uniform
     # enough for span < 2^32 and cheaper than a float conversion
     pick = ((z >> np.uint64(32)) * np.uint64(span)) >> np.uint64(32)
-    return np.int64(tok_stream[hi - 1 - np.int64(pick)])
+    return hi - 1 - np.int64(pick)
+
+
+@nb.njit(cache=True, inline="always")
+def draw_candidate(seed, i, k, tok_off, tok_stream, window):
+    """Dense item id of implicit candidate ``k`` of request ``i``; -1 before any token."""
+    p = draw_position(seed, i, k, tok_off, window)
+    if p < 0:
+        return np.int64(-1)
+    return np.int64(tok_stream[p])
 
 
 @nb.njit(cache=True, inline="always")
