@@ -33,10 +33,10 @@ from rich.table import Table
 
 from helm_plan import trace as T
 from helm_plan.cache import curves as C
-from helm_plan.cache import embstream
-from helm_plan.cache.core import capacities
+from helm_plan.cache import embstream, sampled
+from helm_plan.cache.core import Workload, capacities
 from helm_plan.io import check_output, ensure_distinct_outputs
-from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL, Pool
+from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL, Pool, load_model
 from helm_plan.sim import load_context
 
 CURVES = C.CurvesConfig()
@@ -86,8 +86,14 @@ def profile_command(
     cfg = C.CurvesConfig(
         window_s=window_s, ratio=ratio, sample_rate=sample_rate, sample_size=sample_size, seed=seed
     )
+    source: Path | Workload = trace
+    shards: sampled.SampledWorkload | None = None
+    if cfg.sample_rate < 1.0 and stream_out is None:  # hold only the tokens SHARDS can sample
+        shards = sampled.load(trace, load_model(model), sample_rate=cfg.sample_rate, seed=seed,
+                              candidate_seed=seed)  # fmt: skip
+        source = shards.workload
     ctx = load_context(
-        trace, gpu=gpu, model=model, pool_bytes=pool_bytes, pool_fraction=pool_fraction, seed=seed
+        source, gpu=gpu, model=model, pool_bytes=pool_bytes, pool_fraction=pool_fraction, seed=seed
     )
     g, m, wl = ctx.gpu, ctx.model, ctx.workload
     pool = Pool(ctx.pool_bytes, ctx.pool_source)
@@ -98,7 +104,7 @@ def profile_command(
     prov = {"trace": str(trace), "trace_sha256": T.sha256(trace)}
     with task("curves", quiet=quiet or as_json) as update:
         if stream_out is None:
-            cv = C.compute_curves(wl, g, m, pool, cfg, progress=update)
+            cv = C.compute_curves(shards or wl, g, m, pool, cfg, progress=update)
         else:  # written by the emb pass itself: no second KV replay or stream build
             kv_tokens = capacities(ratio, pool.pool_bytes, m)[1]
             meta = embstream.write_stream_meta(

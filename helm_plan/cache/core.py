@@ -278,6 +278,11 @@ def replay(
     gains one per EMB lookup (the refill's hotness signal).
     """
     a = wl.arrays
+    if not a.holds_tokens:
+        raise ConfigError(
+            "this workload holds only per-request columns (a SHARDS load): nothing to replay",
+            hint="load the trace in full (helm_plan.sim.load_context) to replay it",
+        )
     stop = a.n_requests if stop is None else stop
     if not 0 <= start <= stop <= a.n_requests:
         raise ConfigError(

@@ -56,6 +56,7 @@ from helm_plan.cache import core, embstream, kvcurve
 from helm_plan.cache.core import Workload
 from helm_plan.cache.footprint import Footprint, footprint
 from helm_plan.cache.knee import kneedle
+from helm_plan.cache.sampled import SampledWorkload
 from helm_plan.cache.shards import SHARDS_MODULUS
 from helm_plan.config import require_positive, require_range
 from helm_plan.errors import ConfigError, InputFileError
@@ -185,7 +186,7 @@ class Curves:
 
 
 def compute_curves(
-    data: TraceArrays | Workload,
+    data: TraceArrays | Workload | SampledWorkload,
     gpu: GpuProfile,
     model: ModelProfile,
     pool: Pool,
@@ -197,11 +198,18 @@ def compute_curves(
     """Measure the ``emb``, ``emb_kv0`` and ``kv`` curves over the pool, whole trace and per window.
 
     ``sink`` (e.g. a :class:`StreamWriter`) receives the ``emb`` curve's
-    lookup stream chunk by chunk while its pass runs.
+    lookup stream chunk by chunk while its pass runs. A :class:`SampledWorkload`
+    (:func:`helm_plan.cache.sampled.load` at ``cfg``'s rate and seed) gives the
+    same curves as its full trace in a fraction of the memory.
     """
     report = progress or (lambda done, total: None)
     total_steps = 4
-    wl = data if isinstance(data, Workload) else Workload.of(data, model)
+    if isinstance(data, SampledWorkload):
+        emb_data: Workload | SampledWorkload = data
+        wl = data.workload
+    else:
+        wl = data if isinstance(data, Workload) else Workload.of(data, model)
+        emb_data = wl
     arrays = wl.arrays
     if arrays.n_requests == 0:
         raise ConfigError("cannot measure curves of an empty trace", hint="pass a non-empty trace")
@@ -224,7 +232,7 @@ def compute_curves(
     results = {}
     for step, (kind, kv_tokens) in enumerate((("emb", emb_kv), ("emb_kv0", 0)), start=1):
         eh = embstream.emb_hits(
-            wl, kv_tokens, cap_bytes, edges, sampling=sampling,
+            emb_data, kv_tokens, cap_bytes, edges, sampling=sampling,
             sink=sink if kind == "emb" else None,
         )  # fmt: skip
         with np.errstate(invalid="ignore", divide="ignore"):

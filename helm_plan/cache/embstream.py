@@ -38,8 +38,10 @@ from helm_plan import io
 from helm_plan.cache import _kernels as K
 from helm_plan.cache.core import CacheState, Workload, capacities
 from helm_plan.cache.keys import table_rows
+from helm_plan.cache.sampled import SampledWorkload, check_pass, generate
 from helm_plan.cache.shards import SHARDS_MODULUS, ShardsPass, key_hash, seed_mix, threshold
 from helm_plan.cache.stack import StackPass, check_grid, size_classes, window_of_requests
+from helm_plan.errors import ConfigError
 from helm_plan.profiles import ModelProfile, Pool
 
 Sink = Callable[[int, np.ndarray, np.ndarray, np.ndarray], None]
@@ -94,7 +96,7 @@ def request_bound(wl: Workload) -> int:
 
 
 def emb_hits(
-    wl: Workload,
+    data: Workload | SampledWorkload,
     kv_tokens: int,
     grid_bytes: np.ndarray,
     edges: np.ndarray | None,
@@ -108,8 +110,17 @@ def emb_hits(
     Exact (one byte-weighted stack pass per key-size class holding a
     capacity, :mod:`helm_plan.cache.stack`) or SHARDS with ``sampling``.
     ``edges`` are the window bounds in requests (None: one window). ``sink`` receives every
-    chunk of the full stream, in order.
+    chunk of the full stream, in order. A :class:`SampledWorkload` (the tokens a SHARDS pass
+    can read, :mod:`helm_plan.cache.sampled`) gives the same result as its full trace, for a
+    ``sampling`` at or below its rate and with its seed, and no sink.
     """
+    sw = data if isinstance(data, SampledWorkload) else None
+    wl = data.workload if isinstance(data, SampledWorkload) else data
+    if sw is None and not wl.arrays.holds_tokens:
+        raise ConfigError(
+            "this workload holds only per-request columns (a SHARDS load)",
+            hint="pass the SampledWorkload it came from, or load the trace in full",
+        )
     a, keys = wl.arrays, wl.keys
     grid = check_grid(grid_bytes)
     edges = window_of_requests(edges, a.n_requests)
@@ -132,7 +143,7 @@ def emb_hits(
         mix = seed_mix(sampling.seed)
         # Emit only keys that can be sampled (T only falls), unless a sink wants them all.
         thr = SHARDS_MODULUS if sink is not None else threshold(sampling.rate)
-        seen = np.zeros((keys.n_keys + 63) // 64, np.uint64)
+        seen = np.zeros((keys.n_keys + 63) // 64 if sw is None else 0, np.uint64)
     else:
         passes = [StackPass(kb, mb, grid[idx], n_win) for mb, idx in classes]
         mix, thr, seen = np.uint64(0), SHARDS_MODULUS, np.zeros(0, np.uint64)
@@ -145,15 +156,40 @@ def emb_hits(
     cold_b = np.zeros((n_win, n_tab), np.int64)
     kv = _kv_only(wl, kv_tokens)
     state = np.zeros(2, np.int64)  # [next request, its window]
+    kv_args = (kv.kv_prev, kv.kv_next, kv.kv_len, kv.kv_start, kv.kv_meta)
+    if sw is None:
+
+        def step() -> tuple[int, int, int]:
+            return _generate(
+                a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off, a.tok_stream,
+                a.cand_offsets, a.cand_values, a.n_cand, a.explicit_candidates,
+                a.candidate_seed, a.candidate_window_tokens, wl.max_seq_len, wl.kv_slide_chunk,
+                keys.item_keys, keys.hist_tables, keys.cand_tables, tab_bytes, *kv_args,
+                thr, mix, seen, edges, state, bound, ids, sizes, offs, look_n, cold_b,
+            )  # fmt: skip
+    else:
+        if not sampled or sink is not None:
+            raise ConfigError(
+                "a SHARDS load holds only the sampled tokens",
+                hint="load the trace in full for an exact pass or a stream sink",
+            )
+        assert sampling is not None
+        smp = sw.sample
+        check_pass(smp, thr, sampling.seed)
+        cold_b = smp.first_bytes(keys.key_table, tab_bytes, edges, n_tab)
+
+        def step() -> tuple[int, int, int]:
+            return generate(
+                a.user, a.hist_end, a.tok_off, a.n_cand, a.explicit_candidates, a.candidate_seed,
+                a.candidate_window_tokens, wl.max_seq_len, wl.kv_slide_chunk,
+                keys.item_keys, keys.hist_tables, keys.cand_tables, tab_bytes, *kv_args,
+                smp.hist_offsets, smp.hist_positions, smp.hist_items, smp.cand_offsets,
+                smp.cand_values, smp.draw_bits, smp.draw_rank, smp.draw_items,
+                thr, mix, edges, state, bound, ids, sizes, offs, look_n,
+            )  # fmt: skip
+
     while state[0] < a.n_requests:
-        r0, n_req, n_ids = _generate(
-            a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off, a.tok_stream,
-            a.cand_offsets, a.cand_values, a.n_cand, a.explicit_candidates,
-            a.candidate_seed, a.candidate_window_tokens, wl.max_seq_len, wl.kv_slide_chunk,
-            keys.item_keys, keys.hist_tables, keys.cand_tables, tab_bytes,
-            kv.kv_prev, kv.kv_next, kv.kv_len, kv.kv_start, kv.kv_meta,
-            thr, mix, seen, edges, state, bound, ids, sizes, offs, look_n, cold_b,
-        )  # fmt: skip
+        r0, n_req, n_ids = step()
         o, c, z = offs[: n_req + 1], ids[:n_ids], sizes[:n_ids]
         if sink is not None:
             sink(int(r0), o.copy(), c.copy(), z.copy())

@@ -11,6 +11,7 @@ import pyarrow as pa
 from helm_plan.arrays import TraceArrays, from_file, from_table, window_edges
 from helm_plan.cache.core import Workload
 from helm_plan.cache.footprint import final_context, footprint
+from helm_plan.errors import ConfigError
 from helm_plan.latency.model import LatencyModel, build_latency_model, resolve_latency
 from helm_plan.profiles import (
     DEFAULT_GPU,
@@ -71,7 +72,7 @@ class NodeContext:
 
 
 def prepare_context(
-    arrays: TraceArrays,
+    arrays: TraceArrays | Workload,
     gpu: GpuProfile,
     model: ModelProfile,
     latency: LatencyModel,
@@ -80,8 +81,19 @@ def prepare_context(
     pool_fraction: float | None = None,
     latency_profile: LatencyProfile | None = None,
 ) -> NodeContext:
-    """Bundle arrays and profiles; size the pool (HBM default, bytes, or footprint share)."""
-    wl = Workload.of(arrays, model)
+    """Bundle arrays and profiles; size the pool (HBM default, bytes, or footprint share).
+
+    A :class:`Workload` must be ``model``'s (its keys are reused).
+    """
+    wl = arrays if isinstance(arrays, Workload) else Workload.of(arrays, model)
+    if (wl.max_seq_len, wl.kv_slide_chunk, wl.keys.table_bytes.tolist()) != (
+        model.max_seq_len, model.kv_slide_chunk, [t.row_bytes for t in model.tables]
+    ):  # fmt: skip
+        raise ConfigError(
+            f"the workload was loaded under another model than {model.name!r}",
+            hint="load the trace under the model you simulate",
+        )
+    arrays = wl.arrays
     fp = footprint(wl, model).total_bytes
     pool = resolve_pool(
         gpu, model, pool_bytes_override=pool_bytes, pool_fraction=pool_fraction, footprint_bytes=fp
@@ -112,7 +124,7 @@ def prepare_context(
 
 
 def load_context(
-    trace: str | Path | pa.Table,
+    trace: str | Path | pa.Table | Workload,
     *,
     gpu: str = DEFAULT_GPU,
     model: str = DEFAULT_MODEL,
@@ -124,15 +136,19 @@ def load_context(
     """The one place a trace becomes a node context: profiles, dense arrays, footprint, pool.
 
     ``trace`` is a canonical trace file (validated on read) or an already
-    validated table; profiles are named by shipped name or TOML path; ``seed``
-    drives the implicit candidate draws.
+    validated table, or a workload already loaded under ``model`` (e.g. a SHARDS
+    load's columns, :mod:`helm_plan.cache.sampled`); profiles are named by
+    shipped name or TOML path; ``seed`` drives the implicit candidate draws.
     """
     g = load_gpu(gpu)
     m = load_model(model)
     lat_prof = resolve_latency(g, m, latency)
     lat = build_latency_model(g, m, lat_prof)
     # a file is streamed into the dense arrays, never held as an Arrow table as well
-    if isinstance(trace, pa.Table):
+    arrays: TraceArrays | Workload
+    if isinstance(trace, Workload):
+        arrays = trace
+    elif isinstance(trace, pa.Table):
         arrays = from_table(trace, seed=seed)
     else:
         arrays = from_file(trace, seed=seed)

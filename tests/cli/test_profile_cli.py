@@ -9,7 +9,9 @@ from helm_plan_cli.main import app
 from typer.testing import CliRunner
 
 from helm_plan.cache import curves as C
-from helm_plan.profiles import load_gpu, load_model, pool_bytes
+from helm_plan.cache import sampled
+from helm_plan.profiles import Pool, load_gpu, load_model, pool_bytes
+from helm_plan.sim import load_context
 
 runner = CliRunner()
 
@@ -48,6 +50,28 @@ def test_profile_pool_fraction_no_warning_and_sampling(small_trace, tmp_path):
     df = C.read_table(out)
     assert df["window"].max() >= 1
     assert not df.filter(pl.col("kind") == "emb")["exact"].any()
+
+
+def test_profile_sampled_load_writes_the_full_loads_curves(small_trace, tmp_path, monkeypatch):
+    """Below rate 1 the CLI holds only the sampled tokens; the curves are the full arrays'."""
+    loads = []
+    real = sampled.load
+    monkeypatch.setattr(sampled, "load", lambda *a, **k: loads.append(k) or real(*a, **k))
+    out = tmp_path / "c.parquet"
+    args = ["profile", str(small_trace), "-o", str(out), "--pool-fraction", "0.3"]
+    r = runner.invoke(app, [*args, "--sample-rate", "0.2", "--seed", "3", "-q"])
+    assert r.exit_code == 0, r.output
+    assert loads == [{"sample_rate": 0.2, "seed": 3, "candidate_seed": 3}]
+    ctx = load_context(small_trace, pool_fraction=0.3, seed=3)
+    cfg = C.CurvesConfig(sample_rate=0.2, seed=3)
+    want = C.compute_curves(ctx.workload, ctx.gpu, ctx.model, Pool(ctx.pool_bytes, "x"), cfg)
+    assert C.read_table(out).equals(want.table, null_equal=True)
+    # a stream sink needs every token: the full load
+    r = runner.invoke(app, [*args, "--sample-rate", "0.2", "--stream-out",
+                            str(tmp_path / "s.parquet"), "--seed", "3", "-q"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert len(loads) == 1
+    assert C.read_table(out).equals(want.table, null_equal=True)
 
 
 def test_profile_unknown_gpu_is_one_error_line_and_no_file(small_trace, tmp_path):
