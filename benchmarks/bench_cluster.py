@@ -92,10 +92,11 @@ def child(path: str, what: str, refill: str) -> None:
     print(json.dumps({"loaded_mib": loaded, "peak_mib": peak()}))
 
 
-def load_capped(path: Path, pool_fraction: float = 0.25):  # noqa: ANN201
+def load_capped(path, pool_fraction: float = 0.25):  # noqa: ANN001, ANN201
     """Pool = ``pool_fraction`` of the footprint, capped at what the GPU leaves for caches: the
     10M trace's quarter (687 GiB) exceeds an A100, so it runs with the largest pool the GPU has
-    (``--pool-fraction 0.025`` fits every size, for a like-for-like cost growth)."""
+    (``--pool-fraction 0.025`` fits every size, for a like-for-like cost growth). ``path`` may
+    be a workload already loaded (a SHARDS load's columns)."""
     from helm_plan.arrays import from_file
     from helm_plan.latency.model import build_latency_model, resolve_latency
     from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL, load_gpu, load_model
@@ -104,7 +105,7 @@ def load_capped(path: Path, pool_fraction: float = 0.25):  # noqa: ANN201
     g, m = load_gpu(DEFAULT_GPU), load_model(DEFAULT_MODEL)
     lp = resolve_latency(g, m, None)
     lat = build_latency_model(g, m, lp)
-    arrays = from_file(path)
+    arrays = from_file(path) if isinstance(path, Path) else path
     try:
         return prepare_context(arrays, g, m, lat, pool_fraction=pool_fraction, latency_profile=lp)
     except ProfileError:

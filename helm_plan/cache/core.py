@@ -260,6 +260,15 @@ _NO_PF_T = np.zeros(0, np.float64)
 _NO_COUNTS = np.zeros(0, np.float32)
 
 
+def require_tokens(wl: Workload) -> None:
+    """Refuse a columns-only workload (a SHARDS load's): it has no tokens to replay."""
+    if not wl.arrays.holds_tokens:
+        raise ConfigError(
+            "this workload holds only per-request columns (a SHARDS load): nothing to replay",
+            hint="load the trace in full (helm_plan.sim.load_context) to replay it",
+        )
+
+
 def replay(
     wl: Workload,
     state: CacheState,
@@ -278,11 +287,7 @@ def replay(
     gains one per EMB lookup (the refill's hotness signal).
     """
     a = wl.arrays
-    if not a.holds_tokens:
-        raise ConfigError(
-            "this workload holds only per-request columns (a SHARDS load): nothing to replay",
-            hint="load the trace in full (helm_plan.sim.load_context) to replay it",
-        )
+    require_tokens(wl)
     stop = a.n_requests if stop is None else stop
     if not 0 <= start <= stop <= a.n_requests:
         raise ConfigError(

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 from helm_plan import io
 from helm_plan.cache import _kernels as K
-from helm_plan.cache.core import CacheState, Workload, capacities
+from helm_plan.cache.core import CacheState, Workload, capacities, require_tokens
 from helm_plan.cache.keys import table_rows
 from helm_plan.cache.sampled import SampledWorkload, check_pass, generate
 from helm_plan.cache.shards import SHARDS_MODULUS, ShardsPass, key_hash, seed_mix, threshold
@@ -116,11 +116,8 @@ def emb_hits(
     """
     sw = data if isinstance(data, SampledWorkload) else None
     wl = data.workload if isinstance(data, SampledWorkload) else data
-    if sw is None and not wl.arrays.holds_tokens:
-        raise ConfigError(
-            "this workload holds only per-request columns (a SHARDS load)",
-            hint="pass the SampledWorkload it came from, or load the trace in full",
-        )
+    if sw is None:
+        require_tokens(wl)
     a, keys = wl.arrays, wl.keys
     grid = check_grid(grid_bytes)
     edges = window_of_requests(edges, a.n_requests)

@@ -129,6 +129,7 @@ class NodeRunner:
     """
 
     def __init__(self, ctx: NodeContext, cfg: NodeConfig) -> None:
+        core.require_tokens(ctx.workload)  # the cluster kernel reads the tokens directly
         self.ctx = ctx
         self.cfg = cfg
         self.mode = get_refill(cfg.refill)

@@ -13,7 +13,10 @@ from helm_plan.cache import core, sampled
 from helm_plan.cache import embstream as E
 from helm_plan.cache.curves import CurvesConfig, compute_curves
 from helm_plan.errors import ConfigError
-from helm_plan.profiles import Pool, load_gpu
+from helm_plan.latency.model import build_latency_model, resolve_latency
+from helm_plan.profiles import Pool, load_gpu, load_model
+from helm_plan.sim import NodeConfig, prepare_context
+from helm_plan.sim.step import NodeRunner
 
 # (tables, explicit candidates, max_seq_len, slide chunk, most new tokens per request):
 # max_new above max_seq_len adds tokens outside the context, which are never looked up
@@ -128,6 +131,15 @@ def test_a_sampled_load_refuses_what_it_cannot_answer():
         E.emb_hits(sw.workload, 0, grid, None)
     with pytest.raises(ConfigError, match="only per-request columns"):
         core.replay(sw.workload, core.new_state(sw.workload, 0.5, 1000, m))
+    # nor simulated: a node context over it is fine for sizing the pool, not for a node
+    g = load_gpu("a100-80g")
+    gm = load_model("gr-small")
+    lat = build_latency_model(g, gm, resolve_latency(g, gm, None))
+    ctx = prepare_context(sw.workload, g, m, lat, pool_bytes=1000)
+    with pytest.raises(ConfigError, match="only per-request columns"):
+        NodeRunner(ctx, NodeConfig())
+    with pytest.raises(ConfigError, match="loaded under another model than 't'"):
+        prepare_context(sw.workload, g, model(ONE, max_seq_len=11), lat, pool_bytes=1000)
     with pytest.raises(ConfigError, match="sample_rate"):
         sampled.load(t, m, sample_rate=0.0)
     with pytest.raises(ConfigError, match="candidate_window_tokens must be positive, got 0"):
