@@ -25,7 +25,8 @@ fraction 0.25, ``--candidates`` per request (64 default; the synth default is
 ``--capacity`` (the plan stage then runs first, on a request budget).
 
 Run: ``python benchmarks/bench_analyze.py [--requests N] [--candidates K]
-[--capacity] [--skip-workers] [--skip-shards] [--shards-requests N]``.
+[--capacity] [--skip-workers] [--skip-shards] [--shards-requests N] [--shards-trace FILE]
+[--exact-load-only]``.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def child_analyze(trace_path: str, workers: int, capacity: bool, out: str) -> No
                       "labels": str(res.labels_path)}))  # fmt: skip
 
 
-def child_curves(trace_path: str, sample_rate: float) -> None:
+def child_curves(trace_path: str, sample_rate: float, load_only: bool = False) -> None:
     from bench_cluster import load_capped  # 25% of a 1.2M trace's footprint exceeds an A100
 
     from helm_plan.cache import sampled
@@ -108,6 +109,10 @@ def child_curves(trace_path: str, sample_rate: float) -> None:
         ctx = load_capped(Path(trace_path))
     loaded = peak_mib()
     load_s = time.perf_counter() - t0
+    if load_only:  # the exact pass of a 10M trace takes hours: its load is a lower bound
+        print(json.dumps({"wall_s": float("nan"), "load_s": load_s, "peak_mib": loaded,
+                          "loaded_mib": loaded, "rows": 0}))  # fmt: skip
+        return
     t0 = time.perf_counter()
     cv = compute_curves(data or ctx.workload, ctx.gpu, ctx.model, Pool(ctx.pool_bytes, ctx.pool_source),
                         CurvesConfig(sample_rate=sample_rate))  # fmt: skip
@@ -162,6 +167,12 @@ def main() -> None:
     ap.add_argument("--skip-shards", action="store_true", help="skip figure 4")
     ap.add_argument("--shards-only", action="store_true", help="run figure 4 alone")
     ap.add_argument("--shards-requests", type=int, default=1_200_000)
+    ap.add_argument("--shards-trace", help="figure 4 on this trace file instead of a new one")
+    ap.add_argument(
+        "--exact-load-only",
+        action="store_true",
+        help="figure 4's exact run only loads the trace (its peak is a lower bound)",
+    )
     ap.add_argument("--dir", default=tempfile.gettempdir(), help="where traces are cached")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -170,7 +181,7 @@ def main() -> None:
         if kind == "analyze":
             child_analyze(rest[0], int(rest[1]), rest[2] == "1", rest[3])
         else:
-            child_curves(rest[0], float(rest[1]))
+            child_curves(rest[0], float(rest[1]), rest[2:] == ["load-only"])
         return
     print(f"cpus: {os.cpu_count()}, load average: {os.getloadavg()}", flush=True)
     d = Path(args.dir)
@@ -178,16 +189,22 @@ def main() -> None:
     if not args.shards_only:
         analyze_figures(args, d, rows)
     if not args.skip_shards:
-        sp = make_trace(d, args.shards_requests, args.candidates)
-        exact = run_child("curves", str(sp), "1.0")
+        if args.shards_trace:
+            sp = Path(args.shards_trace)
+        else:
+            sp = make_trace(d, args.shards_requests, args.candidates)
+        exact = run_child(
+            "curves", str(sp), "1.0", *(["load-only"] if args.exact_load_only else [])
+        )
         shards = run_child("curves", str(sp), "0.01")
-        rows.append((f"curves pass, SHARDS 1%, {args.shards_requests:,} requests",
+        rows.append((f"curves pass, SHARDS 1%, {sp.name}",
                      f"{shards['peak_mib']:,.0f} MiB peak ({shards['loaded_mib']:,.0f} after "
                      f"load), load {shards['load_s']:.0f} s + pass {shards['wall_s']:.0f} s",
                      f"exact: {exact['peak_mib']:,.0f} MiB ({exact['loaded_mib']:,.0f} after "
                      f"load), load {exact['load_s']:.0f} s + pass {exact['wall_s']:.0f} s",
-                     f"{shards['peak_mib'] / exact['peak_mib']:.2f}x memory; beyond the loaded "
-                     f"trace {(shards['peak_mib'] - shards['loaded_mib']) / max(exact['peak_mib'] - exact['loaded_mib'], 1):.2f}x",
+                     f"{shards['peak_mib'] / exact['peak_mib']:.2f}x memory"
+                     + ("" if args.exact_load_only else "; beyond the loaded trace "
+                        f"{(shards['peak_mib'] - shards['loaded_mib']) / max(exact['peak_mib'] - exact['loaded_mib'], 1):.2f}x"),
                      "(target <= 0.2x)"))  # fmt: skip
     print("\n| figure | value | peer (same run) | ratio | target |\n|---|---|---|---|---|")
     for r in rows:

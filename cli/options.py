@@ -162,7 +162,11 @@ BehaviorsOpt = Annotated[
 ]
 SampleRateOpt = Annotated[
     float,
-    typer.Option("--sample-rate", help="SHARDS sampling rate for EMB curves (1 = exact)."),
+    typer.Option(
+        "--sample-rate",
+        help="SHARDS sampling rate for EMB curves (1 = exact); below 1, profile loads only "
+        "the tokens it can sample.",
+    ),
 ]
 SampleSizeOpt = Annotated[
     int | None,

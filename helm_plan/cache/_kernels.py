@@ -217,6 +217,23 @@ def kv_admit(full, s0, max_seq_len):
     return full < max_seq_len or s0 + max_seq_len - full > 0
 
 
+@nb.njit(cache=True, inline="always")
+def stream_head(i, user, hist_end, tok_off, ncand, explicit, max_seq_len, chunk,
+                k_prev, k_next, k_len, k_start, k_meta):  # fmt: skip
+    """A request of an EMB stream generator through the KV cache alone.
+
+    Returns (user, history length, computed tokens n, candidates looked up m_c):
+    before the first token there is nothing to draw implicit candidates from.
+    """
+    u = user[i]
+    full = hist_end[i]
+    s0, L = context(full, max_seq_len, chunk)
+    c = kv_access(k_prev, k_next, k_len, k_start, k_meta, u, L, s0,
+                  kv_admit(full, s0, max_seq_len))  # fmt: skip
+    m_c = ncand[i] if explicit or tok_off[i + 1] > 0 else 0
+    return u, full, L - c, m_c
+
+
 @nb.njit(cache=True)
 def serve_request(
     i, user, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit,

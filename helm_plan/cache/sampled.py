@@ -333,13 +333,8 @@ def generate(
     while i < n_req and j < cap_req and o + bound <= cap_ids:
         while edges[w + 1] <= i:
             w += 1
-        u = user[i]
-        full = hist_end[i]
-        s0, L = K.context(full, max_seq_len, chunk)
-        c = K.kv_access(k_prev, k_next, k_len, k_start, k_meta, u, L, s0,
-                        K.kv_admit(full, s0, max_seq_len))  # fmt: skip
-        n = L - c
-        m_c = ncand[i] if explicit or tok_off[i + 1] > 0 else 0
+        u, full, n, m_c = K.stream_head(i, user, hist_end, tok_off, ncand, explicit, max_seq_len,
+                                        chunk, k_prev, k_next, k_len, k_start, k_meta)  # fmt: skip
         for t in range(n_tab):
             look_n[w, t] += n * hist_tab[t] + m_c * cand_tab[t]
         # the user's kept tokens at positions [full - n, full), in order
