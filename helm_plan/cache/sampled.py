@@ -157,6 +157,7 @@ def _scan(a: A.TraceArrays, wl: Workload, batches: A.Batches, thr: int, seed: in
     explicit = a.explicit_candidates
     ring = np.zeros(max(1, min(a.candidate_window_tokens, n_tok)), np.int32)
     first = np.full(k.n_keys, -1, np.int64)
+    seen = np.zeros((k.n_keys + 63) // 64, np.uint64)
     bits = np.zeros(0 if explicit else (n_tok + 63) // 64, np.uint64)
     pos_t = np.int32 if int(a.hist_end.max(initial=0)) < 2**31 else np.int64
     h_user, h_pos, h_item, d_item, c_item = [], [], [], [], []
@@ -177,7 +178,7 @@ def _scan(a: A.TraceArrays, wl: Workload, batches: A.Batches, thr: int, seed: in
             i0, i0 + n_b, toks, cands, a.user, a.hist_end, a.n_new, a.tok_off, a.cand_offsets,
             a.n_cand, explicit, a.candidate_seed, a.candidate_window_tokens, wl.max_seq_len,
             wl.kv_slide_chunk, k.item_keys, k.hist_tables, k.cand_tables, hist_keep, cand_keep,
-            ring, first, bits, hu, hp, hi, dit, ci, c_count, got,
+            ring, first, seen, bits, hu, hp, hi, dit, ci, c_count, got,
         )  # fmt: skip
         nh, nd, nc = (int(x) for x in got)
         # copies of the kept part only: a batch's buffers are sized by its tokens
@@ -251,11 +252,14 @@ def _item_flags(item_keys, hist_tab, cand_tab, mix, thr):
 
 
 @nb.njit(cache=True, inline="always")
-def _touch(first, item_keys, tabs, item, i):
+def _touch(first, seen, item_keys, tabs, item, i):
+    # a bit per key answers "seen?" from cache; ``first`` is written once per key
     for t in range(item_keys.shape[1]):
         if tabs[t]:
             key = item_keys[item, t]
-            if first[key] < 0:
+            bit = np.uint64(1) << np.uint64(key & 63)
+            if seen[key >> 6] & bit == 0:
+                seen[key >> 6] |= bit
                 first[key] = i
 
 
@@ -263,7 +267,7 @@ def _touch(first, item_keys, tabs, item, i):
 def _scan_batch(
     i0, i1, toks, cands, user, hist_end, n_new, tok_off, coff, ncand, explicit, cseed, window,
     max_seq_len, chunk, item_keys, hist_tab, cand_tab, hist_keep, cand_keep,
-    ring, first, bits, hu, hp, hi, dit, ci, c_count, got,
+    ring, first, seen, bits, hu, hp, hi, dit, ci, c_count, got,
 ):  # fmt: skip
     """Requests ``[i0, i1)`` of pass 2 (module docstring); ``toks``/``cands`` are theirs."""
     t_base = tok_off[i0]
@@ -279,7 +283,7 @@ def _scan_batch(
             item = toks[j - t_base]
             ring[j % ring_n] = item
             if p0 + q >= s0:  # computed when it arrives: its first and only possible first use
-                _touch(first, item_keys, hist_tab, item, i)
+                _touch(first, seen, item_keys, hist_tab, item, i)
             if hist_keep[item]:
                 hu[nh] = user[i]
                 hp[nh] = p0 + q
@@ -292,7 +296,7 @@ def _scan_batch(
         if explicit:
             for x in range(ncand[i]):
                 item = cands[coff[i] - c_base + x]
-                _touch(first, item_keys, cand_tab, item, i)
+                _touch(first, seen, item_keys, cand_tab, item, i)
                 if cand_keep[item]:
                     ci[nc] = item
                     nc += 1
@@ -300,7 +304,7 @@ def _scan_batch(
         elif tok_off[i + 1] > 0:  # as the generators: nothing to draw from before any token
             for x in range(ncand[i]):
                 p = K.draw_position(cseed, i, x, tok_off, window)
-                _touch(first, item_keys, cand_tab, ring[p % ring_n], i)
+                _touch(first, seen, item_keys, cand_tab, ring[p % ring_n], i)
     got[0] = nh
     got[1] = nd
     got[2] = nc
