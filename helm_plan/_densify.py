@@ -55,11 +55,11 @@ def densify(
     cand_values = np.empty(int(cand_offsets[-1]), np.int32)
     t = c = 0
     for b in (id_batches or batches)():
-        flat = pc.list_flatten(_list(b.column("new_items")))
+        flat = pc.list_flatten(one_chunk(b.column("new_items")))
         tok_stream[t : t + len(flat)] = to_dense(flat)
         t += len(flat)
         if has_candidates:
-            flat = pc.list_flatten(_list(b.column("candidates")))
+            flat = pc.list_flatten(one_chunk(b.column("candidates")))
             cand_values[c : c + len(flat)] = to_dense(flat)
             c += len(flat)
     if t != len(tok_stream) or c != len(cand_values):
@@ -83,20 +83,20 @@ def request_columns(batches: Batches, *, has_candidates: bool, has_latency: bool
     for b in batches():
         ts.append(_np(b.column("ts_s")).astype(np.float64, copy=False))
         users.append(_np(b.column("user_id")).astype(np.int64, copy=False))
-        ni = _list(b.column("new_items"))
+        ni = one_chunk(b.column("new_items"))
         n_new.append(_np(pc.list_value_length(ni)).astype(np.int32))
         items.add(pc.list_flatten(ni))
         ncand.append(_np(b.column("n_candidates")).astype(np.int64))
         if has_candidates:
-            items.add(pc.list_flatten(_list(b.column("candidates"))))
+            items.add(pc.list_flatten(one_chunk(b.column("candidates"))))
         if has_latency:
             lat.append(_np(b.column("latency_ms")).astype(np.float64, copy=False))
-    ts_s = _cat(ts, np.float64)
+    ts_s = cat_parts(ts, np.float64)
     n = len(ts_s)
-    user_ids, user = np.unique(_cat(users, np.int64), return_inverse=True)
+    user_ids, user = np.unique(cat_parts(users, np.int64), return_inverse=True)
     user = user.astype(np.int32)
-    new = _cat(n_new, np.int32)
-    n_cand = _cat(ncand, np.int64)
+    new = cat_parts(n_new, np.int32)
+    n_cand = cat_parts(ncand, np.int64)
     tok_off = np.zeros(n + 1, np.int64)
     np.cumsum(new, out=tok_off[1:])
     if has_candidates:
@@ -124,7 +124,7 @@ def request_columns(batches: Batches, *, has_candidates: bool, has_latency: bool
         "n_items": len(item_ids),
         "user_ids": user_ids,
         "item_ids": item_ids,
-        "latency_ms": _cat(lat, np.float64) if has_latency else None,
+        "latency_ms": cat_parts(lat, np.float64) if has_latency else None,
     }
 
 
@@ -219,7 +219,8 @@ def _histories(user, tok_off, tok_stream, user_hist_offsets, hist_values):  # no
         cursor[u] = c + b - a
 
 
-def _list(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+def one_chunk(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A column as one Arrow array."""
     return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
 
 
@@ -227,5 +228,6 @@ def _np(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False) if isinstance(col, pa.Array) else col.to_numpy()
 
 
-def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+def cat_parts(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    """Per-batch arrays as one array of ``dtype`` (empty when there are none)."""
     return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)

@@ -93,7 +93,7 @@ def from_table(
     global interaction stream **before** the request, which samples items in
     proportion to their recent frequency and never looks ahead.
     """
-    _check_window(candidate_window_tokens)
+    check_window(candidate_window_tokens)
     return _build(table_batches(table), table.column_names, seed, candidate_window_tokens)
 
 
@@ -111,7 +111,7 @@ def from_file(
     arrays themselves (8 bytes per history token, about 50 per request) plus one
     batch, where reading the table first costs its Arrow copy as well.
     """
-    _check_window(candidate_window_tokens)
+    check_window(candidate_window_tokens)
     names, checked, id_lists = file_batches(path, batch_rows)
     return _build(checked, names, seed, candidate_window_tokens, id_batches=id_lists)
 
@@ -150,7 +150,8 @@ def _build(
     )
 
 
-def _check_window(candidate_window_tokens: int) -> None:
+def check_window(candidate_window_tokens: int) -> None:
+    """Refuse a non-positive implicit-candidate window."""
     if candidate_window_tokens <= 0:
         raise ConfigError(
             f"candidate_window_tokens must be positive, got {candidate_window_tokens}",

@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from helm_plan import arrays as A
-from helm_plan._densify import DenseMap, request_columns, table_batches
+from helm_plan._densify import DenseMap, cat_parts, one_chunk, request_columns, table_batches
 from helm_plan.cache import _kernels as K
 from helm_plan.cache.core import Workload
 from helm_plan.cache.shards import SHARDS_MODULUS, key_hash, seed_mix, threshold
@@ -126,11 +126,7 @@ def load(
     :func:`helm_plan.arrays.from_file`).
     """
     require_range("sample_rate", sample_rate, 1.0 / SHARDS_MODULUS, 1.0)
-    if candidate_window_tokens <= 0:
-        raise ConfigError(
-            f"candidate_window_tokens must be positive, got {candidate_window_tokens}",
-            hint="set candidate_window_tokens > 0",
-        )
+    A.check_window(candidate_window_tokens)
     if isinstance(trace, pa.Table):
         names, checked, id_lists = trace.column_names, table_batches(trace, batch_rows), None
     else:
@@ -159,14 +155,14 @@ def _scan(a: A.TraceArrays, wl: Workload, batches: A.Batches, thr: int, seed: in
     first = np.full(k.n_keys, -1, np.int64)
     seen = np.zeros((k.n_keys + 63) // 64, np.uint64)
     bits = np.zeros(0 if explicit else (n_tok + 63) // 64, np.uint64)
-    pos_t = np.int32 if int(a.hist_end.max(initial=0)) < 2**31 else np.int64
+    pos_t = position_dtype(int(a.hist_end.max(initial=0)))
     h_user, h_pos, h_item, d_item, c_item = [], [], [], [], []
     c_count = np.zeros(a.n_requests, np.int64)
     i0 = 0
     empty = np.zeros(0, np.int32)
     for b in batches():
-        toks = to_dense(pc.list_flatten(_list(b.column("new_items"))))
-        cands = to_dense(pc.list_flatten(_list(b.column("candidates")))) if explicit else empty
+        toks = to_dense(pc.list_flatten(one_chunk(b.column("new_items"))))
+        cands = to_dense(pc.list_flatten(one_chunk(b.column("candidates")))) if explicit else empty
         n_b = b.num_rows
         hu = np.empty(len(toks), np.int32)
         hp = np.empty(len(toks), pos_t)
@@ -191,12 +187,12 @@ def _scan(a: A.TraceArrays, wl: Workload, batches: A.Batches, thr: int, seed: in
     if i0 != a.n_requests:
         raise RuntimeError("the trace changed between the two passes of the sampled load")
     hist_offsets = np.zeros(a.n_users + 1, np.int64)
-    users = _cat(h_user, np.int32)
+    users = cat_parts(h_user, np.int32)
     del h_user
     np.cumsum(np.bincount(users, minlength=a.n_users), out=hist_offsets[1:])
-    pos = _cat(h_pos, pos_t)
+    pos = cat_parts(h_pos, pos_t)
     del h_pos
-    items = _cat(h_item, np.int32)
+    items = cat_parts(h_item, np.int32)
     del h_item
     by_pos, by_item = np.empty_like(pos), np.empty_like(items)
     _by_user(users, pos, items, hist_offsets, by_pos, by_item)
@@ -208,9 +204,14 @@ def _scan(a: A.TraceArrays, wl: Workload, batches: A.Batches, thr: int, seed: in
     np.cumsum(np.bitwise_count(bits[:-1]), out=rank[1:])
     return TokenSample(
         threshold=thr, seed=seed, hist_offsets=hist_offsets, hist_positions=by_pos,
-        hist_items=by_item, cand_offsets=cand_offsets, cand_values=_cat(c_item, np.int32),
-        draw_bits=bits, draw_rank=rank, draw_items=_cat(d_item, np.int32), first_request=first,
+        hist_items=by_item, cand_offsets=cand_offsets, cand_values=cat_parts(c_item, np.int32),
+        draw_bits=bits, draw_rank=rank, draw_items=cat_parts(d_item, np.int32), first_request=first,
     )  # fmt: skip
+
+
+def position_dtype(longest_history: int) -> type:
+    """int32 positions while every history position fits, else int64 (half the bytes)."""
+    return np.int32 if longest_history <= np.iinfo(np.int32).max + 1 else np.int64
 
 
 def check_pass(sample: TokenSample, thr: int, seed: int) -> None:
@@ -222,14 +223,6 @@ def check_pass(sample: TokenSample, thr: int, seed: int) -> None:
             f"{thr / SHARDS_MODULUS:g}",
             hint="load the trace again with the pass's sample rate and seed",
         )
-
-
-def _list(col: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-
-
-def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 
 
 # ---------------------------------------------------------------- compiled kernels
