@@ -157,7 +157,7 @@ def _scan(a: A.TraceArrays, wl: Workload, batches: A.Batches, thr: int, seed: in
     bits = np.zeros(0 if explicit else (n_tok + 63) // 64, np.uint64)
     pos_t = position_dtype(int(a.hist_end.max(initial=0)))
     h_user, h_pos, h_item, d_item, c_item = [], [], [], [], []
-    c_count = np.zeros(a.n_requests, np.int64)
+    c_count = np.zeros(a.n_requests if explicit else 0, np.int64)  # written for listed ones only
     i0 = 0
     empty = np.zeros(0, np.int32)
     for b in batches():
