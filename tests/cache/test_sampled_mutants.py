@@ -10,6 +10,7 @@ from test_core import MULTI, ONE, model
 
 from helm_plan import arrays as A
 from helm_plan import trace
+from helm_plan.cache import embstream as E
 from helm_plan.cache import sampled
 from helm_plan.cache.shards import SHARDS_MODULUS
 from helm_plan.errors import ConfigError
@@ -124,3 +125,17 @@ def test_a_trace_that_changes_between_passes_is_an_error():
         RuntimeError, match="^the trace changed between the two passes of the sampled load$"
     ):
         sampled._scan(sw.workload.arrays, sw.workload, lambda: short.to_batches(), 1 << 23, 0)
+
+
+def test_what_a_sampled_pass_refuses_is_said_exactly():
+    sw = sampled.load(small_table(40, seed=7), model(ONE), sample_rate=0.5)
+    with pytest.raises(ConfigError) as e:
+        E.emb_hits(sw, 0, np.array([0, 10]), None)
+    assert str(e.value) == "a SHARDS load holds only the sampled tokens"
+    assert e.value.hint == "load the trace in full for an exact pass or a stream sink"
+    with pytest.raises(ConfigError) as e:
+        E.emb_hits(sw.workload, 0, np.array([0, 10]), None)
+    assert str(e.value) == (
+        "this workload holds only per-request columns (a SHARDS load): nothing to replay"
+    )
+    assert e.value.hint == "load the trace in full (helm_plan.sim.load_context) to replay it"
