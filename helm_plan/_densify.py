@@ -106,15 +106,16 @@ def request_columns(batches: Batches, *, has_candidates: bool, has_latency: bool
         cand_offsets = np.zeros(1, np.int64)
     item_ids = items.sorted()
     n_users = len(user_ids)
+    hist_end, per_user = _running_tokens(user, new, n_users)
     user_hist_offsets = np.zeros(n_users + 1, np.int64)
-    np.cumsum(_tokens_per_user(user, new, n_users), out=user_hist_offsets[1:])
+    np.cumsum(per_user, out=user_hist_offsets[1:])
     # the batches are gone; hand their pages back before the big outputs are allocated
     pa.default_memory_pool().release_unused()
     return {
         "ts_s": ts_s,
         "user": user,
         "n_new": new,
-        "hist_end": _running_tokens(user, new, n_users),
+        "hist_end": hist_end,
         "user_hist_offsets": user_hist_offsets,
         "tok_off": tok_off,
         "n_cand": n_cand,
@@ -187,22 +188,15 @@ class DenseMap:
 
 
 @nb.njit(cache=True)
-def _tokens_per_user(user: np.ndarray, n_new: np.ndarray, n_users: int) -> np.ndarray:
-    out = np.zeros(n_users, np.int64)
-    for i in range(len(user)):
-        out[user[i]] += n_new[i]
-    return out
-
-
-@nb.njit(cache=True)
-def _running_tokens(user: np.ndarray, n_new: np.ndarray, n_users: int) -> np.ndarray:
-    # hist_end without the tokens: each user's history length after each request
+def _running_tokens(user: np.ndarray, n_new: np.ndarray, n_users: int):  # noqa: ANN202
+    # hist_end without the tokens (each user's history length after each request), and
+    # each user's total, which lays the histories out
     seen = np.zeros(n_users, np.int64)
     out = np.empty(len(user), np.int64)
     for i in range(len(user)):
         seen[user[i]] += n_new[i]
         out[i] = seen[user[i]]
-    return out
+    return out, seen
 
 
 @nb.njit(cache=True)

@@ -218,20 +218,35 @@ def kv_admit(full, s0, max_seq_len):
 
 
 @nb.njit(cache=True, inline="always")
-def stream_head(i, user, hist_end, tok_off, ncand, explicit, max_seq_len, chunk,
-                k_prev, k_next, k_len, k_start, k_meta):  # fmt: skip
-    """A request of an EMB stream generator through the KV cache alone.
-
-    Returns (user, history length, computed tokens n, candidates looked up m_c):
-    before the first token there is nothing to draw implicit candidates from.
-    """
+def kv_request(i, user, hist_end, max_seq_len, chunk, k_prev, k_next, k_len, k_start, k_meta):
+    """Request ``i`` at the KV cache: (user, history length, context L, reused prefix c)."""
     u = user[i]
     full = hist_end[i]
     s0, L = context(full, max_seq_len, chunk)
     c = kv_access(k_prev, k_next, k_len, k_start, k_meta, u, L, s0,
                   kv_admit(full, s0, max_seq_len))  # fmt: skip
+    return u, full, L, c
+
+
+@nb.njit(cache=True, inline="always")
+def stream_head(i, w, edges, user, hist_end, tok_off, ncand, explicit, max_seq_len, chunk,
+                hist_tab, cand_tab, k_prev, k_next, k_len, k_start, k_meta, look_n):  # fmt: skip
+    """A request of an EMB stream generator through the KV cache alone.
+
+    Moves the window ``w`` up to request ``i``, adds the request's lookups to
+    ``look_n[w]`` (per table) and returns (window, user, history length,
+    computed tokens n, candidates looked up m_c): before the first token there
+    is nothing to draw implicit candidates from.
+    """
+    while edges[w + 1] <= i:
+        w += 1
+    u, full, L, c = kv_request(i, user, hist_end, max_seq_len, chunk,
+                               k_prev, k_next, k_len, k_start, k_meta)  # fmt: skip
+    n = L - c
     m_c = ncand[i] if explicit or tok_off[i + 1] > 0 else 0
-    return u, full, L - c, m_c
+    for t in range(hist_tab.shape[0]):
+        look_n[w, t] += n * hist_tab[t] + m_c * cand_tab[t]
+    return w, u, full, n, m_c
 
 
 @nb.njit(cache=True)
@@ -251,11 +266,8 @@ def serve_request(
     """
     count = counts.shape[0] > 0
     n_tab = item_keys.shape[1]
-    u = user[i]
-    full = hist_end[i]
-    s0, L = context(full, max_seq_len, chunk)
-    c = kv_access(k_prev, k_next, k_len, k_start, k_meta, u, L, s0,
-                  kv_admit(full, s0, max_seq_len))  # fmt: skip
+    u, full, L, c = kv_request(i, user, hist_end, max_seq_len, chunk,
+                               k_prev, k_next, k_len, k_start, k_meta)  # fmt: skip
     n = L - c
     m_c = ncand[i]
     base = uoff[u] + full

@@ -173,7 +173,7 @@ def emb_hits(
         assert sampling is not None
         smp = sw.sample
         check_pass(smp, thr, sampling.seed)
-        cold_b = smp.first_bytes(keys.key_table, tab_bytes, edges, n_tab)
+        cold_b = smp.first_bytes(keys.key_table, tab_bytes, edges)
 
         def step() -> tuple[int, int, int]:
             return generate(
@@ -375,12 +375,10 @@ def _generate(
     j = 0
     offs[0] = 0
     while i < n_req and j < cap_req and o + bound <= cap_ids:
-        while edges[w + 1] <= i:
-            w += 1
-        u, full, n, m_c = K.stream_head(i, user, hist_end, tok_off, ncand, explicit, max_seq_len,
-                                        chunk, k_prev, k_next, k_len, k_start, k_meta)  # fmt: skip
-        for t in range(n_tab):
-            look_n[w, t] += n * hist_tab[t] + m_c * cand_tab[t]
+        w, u, full, n, m_c = K.stream_head(
+            i, w, edges, user, hist_end, tok_off, ncand, explicit, max_seq_len, chunk,
+            hist_tab, cand_tab, k_prev, k_next, k_len, k_start, k_meta, look_n,
+        )  # fmt: skip
         base = uoff[u] + full
         for x in range(n + m_c):
             if x < n:

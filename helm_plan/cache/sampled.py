@@ -16,9 +16,9 @@ and keeps what the pass can read:
      their position in the user's history;
    - explicit candidates with a sampled key in a candidate table, per request;
    - for implicit candidates, one bit per stream token (set when its item has
-     a sampled candidate key) and the set tokens' stream indices and items, so
-     a draw (:func:`helm_plan.cache._kernels.draw_position`) resolves when it
-     lands on one;
+     a sampled candidate key) and the set tokens' items in stream order, so a
+     draw (:func:`helm_plan.cache._kernels.draw_position`) that lands on a set
+     bit finds its item by the word's rank plus a popcount;
    - each key's first lookup (its request), which SHARDS_adj needs exactly.
 
 **Why first lookups need no KV replay.** A token is computed, at the latest,
@@ -88,10 +88,11 @@ class TokenSample:
     first_request: np.ndarray
     """Request of each key's first lookup, -1 for none, int64 (n_keys)."""
 
-    def first_bytes(self, keys_table: np.ndarray, table_bytes: np.ndarray, edges: np.ndarray,
-                    n_tables: int) -> np.ndarray:  # fmt: skip
+    def first_bytes(
+        self, keys_table: np.ndarray, table_bytes: np.ndarray, edges: np.ndarray
+    ) -> np.ndarray:
         """Bytes of keys first looked up per (window, table), int64 [n_windows, n_tables]."""
-        n_win = len(edges) - 1
+        n_win, n_tables = len(edges) - 1, len(table_bytes)
         hit = np.flatnonzero(self.first_request >= 0)
         w = np.searchsorted(edges, self.first_request[hit], side="right") - 1
         t = keys_table[hit].astype(np.int64)
@@ -316,7 +317,6 @@ def generate(
     but lookups per window and table.
     """
     n_req = user.shape[0]
-    n_tab = item_keys.shape[1]
     cap_req = offs.shape[0] - 1
     cap_ids = ids.shape[0]
     i = state[0]
@@ -328,12 +328,10 @@ def generate(
     j = 0
     offs[0] = 0
     while i < n_req and j < cap_req and o + bound <= cap_ids:
-        while edges[w + 1] <= i:
-            w += 1
-        u, full, n, m_c = K.stream_head(i, user, hist_end, tok_off, ncand, explicit, max_seq_len,
-                                        chunk, k_prev, k_next, k_len, k_start, k_meta)  # fmt: skip
-        for t in range(n_tab):
-            look_n[w, t] += n * hist_tab[t] + m_c * cand_tab[t]
+        w, u, full, n, m_c = K.stream_head(
+            i, w, edges, user, hist_end, tok_off, ncand, explicit, max_seq_len, chunk,
+            hist_tab, cand_tab, k_prev, k_next, k_len, k_start, k_meta, look_n,
+        )  # fmt: skip
         # the user's kept tokens at positions [full - n, full), in order
         lo = h_off[u] + np.searchsorted(h_pos[h_off[u] : h_off[u + 1]], full - n)
         for x in range(lo, h_off[u + 1]):

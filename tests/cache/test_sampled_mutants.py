@@ -98,7 +98,7 @@ def test_first_bytes_by_window_and_table():
     )  # fmt: skip
     key_table = np.array([0, 1, 1, 0, 0], np.int16)
     edges = np.array([0, 2, 2, 6])  # windows [0, 2), [2, 2) (empty), [2, 6)
-    got = s.first_bytes(key_table, np.array([10, 3]), edges, 2)
+    got = s.first_bytes(key_table, np.array([10, 3]), edges)
     np.testing.assert_array_equal(got, [[10, 0], [0, 0], [10, 6]])
 
 
