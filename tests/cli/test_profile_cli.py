@@ -106,3 +106,16 @@ def test_profiles_lists_pairs():
     )
     r = runner.invoke(app, ["profiles"])
     assert r.exit_code == 0 and "a100-40g" in r.stdout and "gr-small" in r.stdout
+
+
+def test_profile_sampled_load_of_a_bad_file_is_one_error_line(tmp_path):
+    """The SHARDS load reads the file itself: a missing or non-parquet trace still gets one line."""
+    bad = tmp_path / "bad.parquet"
+    bad.write_text("not parquet")
+    for src in (tmp_path / "missing.parquet", bad):
+        out = tmp_path / "c.parquet"
+        r = runner.invoke(app, ["profile", str(src), "-o", str(out), "--sample-rate", "0.1"])
+        assert r.exit_code != 0
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error:") and src.name in lines[0], lines
+        assert not out.exists()
