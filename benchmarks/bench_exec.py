@@ -50,10 +50,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=30)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--plan", action="store_true", help="not yet: needs `helm-plan plan`")
     args = ap.parse_args()
-    if args.plan:
-        raise SystemExit("--plan: TODO, `helm-plan plan` does not exist yet (see the docstring)")
     print(f"cpus: {os.cpu_count()}, load average: {os.getloadavg()}")
     t0 = time.perf_counter()
     table = synthesize(SynthConfig(regime="steady", qps=400.0, duration_s=250.0, seed=1))
