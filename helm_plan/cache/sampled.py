@@ -82,11 +82,13 @@ class TokenSample:
     draw_bits: np.ndarray
     """One bit per stream token, set when its item has a sampled candidate key, uint64."""
     draw_rank: np.ndarray
-    """Set bits before each word of ``draw_bits``, int64: a set bit's index in ``draw_items``."""
+    """Set bits before each word of ``draw_bits``: a set bit's index in ``draw_items`` (int32
+    while the stream's tokens fit, else int64)."""
     draw_items: np.ndarray
     """Dense item of each set bit, in stream order, int32."""
     first_request: np.ndarray
-    """Request of each key's first lookup, -1 for none, int64 (n_keys)."""
+    """Request of each key's first lookup, -1 for none (n_keys; int32 while the requests fit,
+    else int64)."""
 
     def first_bytes(
         self, keys_table: np.ndarray, table_bytes: np.ndarray, edges: np.ndarray
@@ -153,7 +155,7 @@ def _scan(a: A.TraceArrays, wl: Workload, batches: A.Batches, thr: int, seed: in
     n_tok = int(a.tok_off[-1])
     explicit = a.explicit_candidates
     ring = np.zeros(max(1, min(a.candidate_window_tokens, n_tok)), np.int32)
-    first = np.full(k.n_keys, -1, np.int64)
+    first = np.full(k.n_keys, -1, position_dtype(a.n_requests))
     seen = np.zeros((k.n_keys + 63) // 64, np.uint64)
     bits = np.zeros(0 if explicit else (n_tok + 63) // 64, np.uint64)
     pos_t = position_dtype(int(a.hist_end.max(initial=0)))
@@ -201,7 +203,7 @@ def _scan(a: A.TraceArrays, wl: Workload, batches: A.Batches, thr: int, seed: in
     cand_offsets = np.zeros(a.n_requests + 1 if explicit else 1, np.int64)
     if explicit:
         np.cumsum(c_count, out=cand_offsets[1:])
-    rank = np.zeros(len(bits), np.int64)
+    rank = np.zeros(len(bits), position_dtype(n_tok))
     np.cumsum(np.bitwise_count(bits[:-1]), out=rank[1:])
     return TokenSample(
         threshold=thr, seed=seed, hist_offsets=hist_offsets, hist_positions=by_pos,
@@ -210,9 +212,9 @@ def _scan(a: A.TraceArrays, wl: Workload, batches: A.Batches, thr: int, seed: in
     )  # fmt: skip
 
 
-def position_dtype(longest_history: int) -> type:
-    """int32 positions while every history position fits, else int64 (half the bytes)."""
-    return np.int32 if longest_history <= np.iinfo(np.int32).max + 1 else np.int64
+def position_dtype(count: int) -> type:
+    """int32 for indices below ``count`` while they fit, else int64 (half the bytes)."""
+    return np.int32 if count <= np.iinfo(np.int32).max + 1 else np.int64
 
 
 def check_pass(sample: TokenSample, thr: int, seed: int) -> None:

@@ -41,11 +41,11 @@ def test_the_columns_only_arrays_and_the_sample_layout():
     s = sw.sample
     n_tok = int(full.tok_off[-1])
     assert s.draw_bits.dtype == np.uint64 and len(s.draw_bits) == (n_tok + 63) // 64
-    assert s.draw_rank.dtype == np.int64 and len(s.draw_rank) == len(s.draw_bits)
+    assert s.draw_rank.dtype == np.int32 and len(s.draw_rank) == len(s.draw_bits)  # small stream
     assert s.draw_rank[0] == 0 and s.draw_rank[-1] + int(np.bitwise_count(s.draw_bits[-1])) == len(
         s.draw_items
     )
-    assert s.first_request.dtype == np.int64 and len(s.first_request) == sw.workload.n_keys
+    assert s.first_request.dtype == np.int32 and len(s.first_request) == sw.workload.n_keys
     assert s.hist_positions.dtype == np.int32 and s.hist_items.dtype == np.int32
     assert len(s.cand_offsets) == 1 and len(s.cand_values) == 0
     # explicit candidates: no draw bits, and per-request offsets
