@@ -6,8 +6,8 @@ Prints:
    requests, their drawn candidates listed: ours (numba) against a per-request
    Python loop (OrderedDict LRUs over raw ids with running totals, on
    ``tests/brute.py``'s row hashing and service formula), with the speed-up;
-   both give the same per-request misses and sojourns (checked). Ours drawing the candidates in the kernel is timed
-   on the same requests;
+   both give the same per-request misses and sojourns (checked). Ours drawing
+   the candidates in the kernel is timed on the same requests;
 2. a whole-trace simulate_node run with a changing ratio (core path);
 3. the wall time to label a 100k-request trace at 30 Optuna trials per
    window, 2 workers; the target is <= 120 s on 2 cores.
@@ -42,7 +42,7 @@ from helm_plan.sim import NodeConfig, evaluate_span, prepare_context, simulate_n
 from helm_plan.synth import SynthConfig, synthesize
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from brute import batch_time, table_row  # noqa: E402  (the brute-force node's rules)
+from brute import batch_time, draw_candidate, table_row  # noqa: E402  (the brute node's rules)
 
 
 def peer_eval(listed, model, pool_bytes: int, coeffs: dict, r: float) -> tuple[list, list]:
@@ -114,27 +114,17 @@ def peer_eval(listed, model, pool_bytes: int, coeffs: dict, r: float) -> tuple[l
 
 
 def drawn_candidates(a, n: int) -> list[list[int]]:
-    """Raw ids of the implicit candidates of requests 0..n-1 (DESIGN.md's draw, vectorised).
+    """Raw ids of the implicit candidates of requests 0..n-1, by the brute node's draw.
 
-    Written out here, not taken from the kernel, so the peer's trace does not lean on
-    the code it measures.
+    Not the kernel's draw, so the peer's trace does not lean on the code it measures.
     """
-    m64 = np.uint64
-    i = np.repeat(np.arange(n, dtype=np.uint64), a.n_cand[:n].astype(np.int64))
-    k = np.concatenate([np.arange(c, dtype=np.uint64) for c in a.n_cand[:n]])
-    hi = a.tok_off[1 : n + 1].astype(np.int64)[i.astype(np.int64)]
-    span = np.minimum(hi, a.candidate_window_tokens)
-    with np.errstate(over="ignore"):
-        z = (m64(a.candidate_seed) * m64(0x9E3779B97F4A7C15) + i * m64(0xBF58476D1CE4E5B9) + k
-             + m64(0x94D049BB133111EB))  # fmt: skip
-        z = (z ^ (z >> m64(30))) * m64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> m64(27))) * m64(0x94D049BB133111EB)
-        z ^= z >> m64(31)
-        pick = ((z >> m64(32)) * span.astype(np.uint64)) >> m64(32)
-    pos = hi - 1 - pick.astype(np.int64)
-    raw = np.where(span > 0, a.item_ids[a.tok_stream[np.maximum(pos, 0)]], -1)
-    bounds = np.cumsum(a.n_cand[:n].astype(np.int64))[:-1]
-    return [[int(x) for x in part if x >= 0] for part in np.split(raw, bounds)]
+    stream, tok_off, w = a.tok_stream.tolist(), a.tok_off.tolist(), a.candidate_window_tokens
+    out = []
+    for i in range(n):
+        drawn = (draw_candidate(a.candidate_seed, i, k, stream, tok_off, w)
+                 for k in range(int(a.n_cand[i])))  # fmt: skip
+        out.append([int(a.item_ids[c]) for c in drawn if c >= 0])
+    return out
 
 
 def listed_prefix(table, a, n: int):

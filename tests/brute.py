@@ -37,6 +37,20 @@ def table_row(tab, item: int) -> int:
     return splitmix((item & M64) ^ salt(tab.name)) % tab.rows
 
 
+def draw_candidate(
+    seed: int, i: int, k: int, stream: list[int], tok_off: list[int], window: int
+) -> int:
+    """Implicit candidate k of request i, from DESIGN.md: tokens up to the request only."""
+    hi = tok_off[i + 1]
+    span = min(hi, window)
+    z = (seed * 0x9E3779B97F4A7C15 + i * 0xBF58476D1CE4E5B9 + k + 0x94D049BB133111EB) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    z ^= z >> 31
+    pick = ((z >> 32) * span) >> 32  # the top 32 bits scaled to the span
+    return -1 if span == 0 else stream[hi - 1 - pick]
+
+
 class BruteCaches:
     """EMB and KV caches of one node (DESIGN.md, Node model)."""
 

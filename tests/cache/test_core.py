@@ -12,7 +12,7 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
-from brute import M64, table_row
+from brute import draw_candidate, table_row
 from conftest import small_table
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -264,18 +264,6 @@ def test_lookup_stream_matches_replay_and_keys():
     assert [raw[int(k)] for k in ids[offs[0] : offs[1]]] == want
 
 
-def _draw_ref(seed: int, i: int, k: int, stream: list[int], tok_off: list[int], window: int) -> int:
-    """Implicit candidate k of request i, from DESIGN.md: tokens up to the request only."""
-    hi = tok_off[i + 1]
-    span = min(hi, window)
-    z = (seed * 0x9E3779B97F4A7C15 + i * 0xBF58476D1CE4E5B9 + k + 0x94D049BB133111EB) & M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    z ^= z >> 31
-    pick = ((z >> 32) * span) >> 32  # the top 32 bits scaled to the span
-    return -1 if span == 0 else stream[hi - 1 - pick]
-
-
 def test_implicit_candidates_are_drawn_from_the_past_only():
     m = model(ONE, chunk=2)
     table = small_table(200, n_users=15, n_items=60, n_candidates=5, with_candidates=False)
@@ -286,7 +274,7 @@ def test_implicit_candidates_are_drawn_from_the_past_only():
     stream = a.tok_stream.tolist()
     tok_off = a.tok_off.tolist()
     for i in range(a.n_requests):
-        want = [_draw_ref(7, i, k, stream, tok_off, 50) for k in range(5)]
+        want = [draw_candidate(7, i, k, stream, tok_off, 50) for k in range(5)]
         want = [c for c in want if c >= 0]  # nothing to draw before the first token
         got = ids[offs[i + 1] - len(want) : offs[i + 1]].tolist() if want else []
         assert got == want, i
