@@ -15,6 +15,8 @@ arrays are identical to the sorting build's.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -29,6 +31,10 @@ BATCH_ROWS = 1 << 16
 #: (or 4 bytes per distinct item, whichever is larger); sparse (hashed) ids fall back
 #: to a binary search of the sorted ids.
 LUT_MAX_BYTES = 1 << 26
+#: Ids below this are collected as bits (16 MiB at most); a larger or negative id moves
+#: the set of distinct ids to hashing.
+BITSET_MAX_IDS = 1 << 27
+_BITSET_WORDS = BITSET_MAX_IDS // 64
 
 Batches = Callable[[], Iterable[Any]]
 """A factory of record batches (``pa.RecordBatch`` or ``pa.Table``): called once per pass."""
@@ -48,6 +54,7 @@ def densify(
     that re-reads just those columns), else from ``batches`` again.
     """
     f = request_columns(batches, has_candidates=has_candidates, has_latency=has_latency)
+    release_memory()  # pass 1's batches, before the token arrays are allocated
     tok_off = f["tok_off"]
     to_dense = DenseMap(f["item_ids"])
     tok_stream = np.empty(int(tok_off[-1]), np.int32)
@@ -65,7 +72,7 @@ def densify(
     if t != len(tok_stream) or c != len(cand_values):
         raise RuntimeError("the trace changed between the two passes of the dense build")
 
-    pa.default_memory_pool().release_unused()
+    release_memory()
     hist_values = np.empty(len(tok_stream), np.int32)
     _histories(f["user"], tok_off, tok_stream, f["user_hist_offsets"], hist_values)
     return {**f, "hist_values": hist_values, "tok_stream": tok_stream, "cand_values": cand_values}
@@ -109,8 +116,6 @@ def request_columns(batches: Batches, *, has_candidates: bool, has_latency: bool
     hist_end, per_user = _running_tokens(user, new, n_users)
     user_hist_offsets = np.zeros(n_users + 1, np.int64)
     np.cumsum(per_user, out=user_hist_offsets[1:])
-    # the batches are gone; hand their pages back before the big outputs are allocated
-    pa.default_memory_pool().release_unused()
     return {
         "ts_s": ts_s,
         "user": user,
@@ -129,6 +134,29 @@ def request_columns(batches: Batches, *, has_candidates: bool, has_latency: bool
     }
 
 
+def release_memory() -> None:
+    """Hand freed memory back to the OS: Arrow's pool, then the C heap (glibc's ``malloc_trim``).
+
+    A load's pass frees thousands of batch-sized buffers that both allocators keep
+    for reuse; the next pass's peak then builds on them. Called between passes and
+    stages (with :class:`_DistinctIds`' bitset), it took the SHARDS curves of a
+    1.49M-request trace from a 705 to a 538 MiB peak (``bench_analyze.py --shards-only``).
+    """
+    pa.default_memory_pool().release_unused()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    # glibc only (musl and macOS have no malloc_trim); looked up once, on first use
+    try:
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except OSError:
+        return None
+
+
 def table_batches(table: pa.Table, rows: int = BATCH_ROWS) -> Batches:
     """A batch factory over an in-memory table (zero-copy slices)."""
 
@@ -139,25 +167,47 @@ def table_batches(table: pa.Table, rows: int = BATCH_ROWS) -> Batches:
 
 
 class _DistinctIds:
-    """The sorted distinct ids of a stream of int arrays, merged in amortised batches.
+    """The sorted distinct ids of a stream of int arrays.
 
-    Merges use Arrow's hash ``unique`` and one sort comes at the end: numpy 2's
-    ``np.unique`` of 10^7 ids costs seconds per merge.
+    Ids in ``[0, BITSET_MAX_IDS)`` (dense or mildly sparse ids) set bits
+    of a bitset grown by doubling: one compiled pass per batch and one bit per id, so
+    the set costs at most 16 MiB and no transient. The first id outside that range
+    (hashed ids) moves the set to Arrow's hash ``unique``, merged in amortised batches
+    with one sort at the end: numpy 2's ``np.unique`` of 10^7 ids costs seconds per
+    merge. The hash merges held about 100 MiB of tables and copies at 1M distinct
+    items, the largest transient of a SHARDS load's first pass.
     """
 
     def __init__(self) -> None:
+        self._bits: np.ndarray | None = np.zeros(0, np.uint64)
         self._acc = np.zeros(0, np.int64)
         self._pending: list[np.ndarray] = []
         self._pending_n = 0
 
     def add(self, values: pa.Array) -> None:
-        if len(values):
-            u = _np(pc.unique(values)).astype(np.int64, copy=False)
-            self._pending.append(u)
-            self._pending_n += len(u)
-            # merge once the pending ids outgrow the merged set: total work stays linear
-            if self._pending_n > max(len(self._acc), 1 << 20):
-                self._merge()
+        if not len(values):
+            return
+        if self._bits is not None:
+            v = _np(values)
+            lo, hi = int(v.min()), int(v.max())
+            if lo >= 0 and hi < BITSET_MAX_IDS:
+                words = (hi >> 6) + 1
+                if words > len(self._bits):  # double, so regrowth costs O(final size)
+                    grown = np.zeros(min(max(words, 2 * len(self._bits)), _BITSET_WORDS), np.uint64)
+                    grown[: len(self._bits)] = self._bits
+                    self._bits = grown
+                _set_bits(self._bits, v)
+                return
+            # hashed ids: the bitset's ids become the hash path's first part
+            self._pending.append(_bit_ids(self._bits))
+            self._pending_n += len(self._pending[-1])
+            self._bits = None
+        u = _np(pc.unique(values)).astype(np.int64, copy=False)
+        self._pending.append(u)
+        self._pending_n += len(u)
+        # merge once the pending ids outgrow the merged set: total work stays linear
+        if self._pending_n > max(len(self._acc), 1 << 20):
+            self._merge()
 
     def _merge(self) -> None:
         both = np.concatenate([self._acc, *self._pending])
@@ -165,8 +215,38 @@ class _DistinctIds:
         self._pending, self._pending_n = [], 0
 
     def sorted(self) -> np.ndarray:
+        if self._bits is not None:
+            return _bit_ids(self._bits)
         self._merge()
         return np.sort(self._acc)
+
+
+@nb.njit(cache=True)
+def _set_bits(bits: np.ndarray, ids: np.ndarray) -> None:
+    for x in ids:
+        bits[x >> 6] |= np.uint64(1) << np.uint64(x & 63)
+
+
+@nb.njit(cache=True)
+def _bit_ids(bits: np.ndarray) -> np.ndarray:
+    # ascending: word by word, low bit first
+    n = 0
+    for w in bits:
+        while w:
+            w &= w - np.uint64(1)
+            n += 1
+    out = np.empty(n, np.int64)
+    k = 0
+    for i in range(bits.shape[0]):
+        w = bits[i]
+        b = 0
+        while w:
+            if w & np.uint64(1):
+                out[k] = i * 64 + b
+                k += 1
+            w >>= np.uint64(1)
+            b += 1
+    return out
 
 
 class DenseMap:

@@ -110,6 +110,26 @@ def test_distinct_ids_merge_across_many_batches():
     np.testing.assert_array_equal(d.sorted(), np.unique(np.concatenate(parts)))
 
 
+def test_distinct_ids_bitset_then_hashed():
+    """Small ids collect as bits (grown past several doublings); one id past the bitset's
+    range, or a negative one, moves the set to hashing without losing a bit's id."""
+    rng = np.random.default_rng(1)
+    d = _densify._DistinctIds()
+    parts = [rng.integers(0, 64 * 3, size=50), rng.integers(0, 1 << 20, size=20_000),
+             np.array([0, 63, 64, (1 << 20) + 5])]  # fmt: skip
+    for p in parts:
+        d.add(pa.array(p))
+    assert d._bits is not None  # still the bitset
+    np.testing.assert_array_equal(d.sorted(), np.unique(np.concatenate(parts)))
+    for extra in ([_densify.BITSET_MAX_IDS, 7], [-3, 2]):
+        e = _densify._DistinctIds()
+        every = [*parts, np.array(extra), rng.integers(0, 1 << 21, size=5_000)]
+        for p in every:
+            e.add(pa.array(p))
+        assert e._bits is None  # moved to hashing
+        np.testing.assert_array_equal(e.sorted(), np.unique(np.concatenate(every)))
+
+
 def test_file_build_rebases_absolute_time_and_keeps_latency(tmp_path):
     t = small_table(500, seed=5, with_candidates=False)
     ts = t.column("ts_s").to_numpy() + 1.7e9

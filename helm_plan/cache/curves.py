@@ -51,6 +51,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from helm_plan import io
+from helm_plan._densify import release_memory
 from helm_plan.arrays import TraceArrays, window_edges
 from helm_plan.cache import core, embstream, kvcurve
 from helm_plan.cache.core import Workload
@@ -239,6 +240,7 @@ def compute_curves(
             rate = eh.hit_bytes / np.maximum(eh.lookup_bytes, 1)[:, None]
         whole = eh.hit_bytes.sum(axis=0) / max(int(eh.lookup_bytes.sum()), 1)
         results[kind] = (rate, whole, eh.lookup_bytes > 0, eh.lookups, eh.exact)
+        release_memory()  # the pass's state and buffers: the next pass would build on them
         report(step, total_steps)
 
     # KV: one pass, exact replay below the largest admitted context.
@@ -246,6 +248,8 @@ def compute_curves(
     kd = kvcurve.kv_distances(wl)
     kv_hits, kv_ctx = kvcurve.binned_reuse(kd, grid_tok, edges)
     small = np.flatnonzero(grid_tok < kd.exact_from_tokens)
+    del kd  # per-request arrays (24 bytes a request)
+    release_memory()
     if len(small):
         kv_hits[:, small] = kvcurve.kv_reuse_exact(wl, grid_tok[small], edges).T
     rate = kv_hits / np.maximum(kv_ctx, 1)[:, None]

@@ -48,7 +48,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from helm_plan import arrays as A
-from helm_plan._densify import DenseMap, cat_parts, one_chunk, request_columns, table_batches
+from helm_plan._densify import (
+    DenseMap,
+    cat_parts,
+    one_chunk,
+    release_memory,
+    request_columns,
+    table_batches,
+)
 from helm_plan.cache import _kernels as K
 from helm_plan.cache.core import Workload
 from helm_plan.cache.shards import SHARDS_MODULUS, key_hash, seed_mix, threshold
@@ -136,6 +143,7 @@ def load(
         names, checked, id_lists = A.file_batches(trace, batch_rows)
     explicit = "candidates" in names
     f = request_columns(checked, has_candidates=explicit, has_latency="latency_ms" in names)
+    release_memory()  # pass 1's batches: pass 2's peak would build on them
     empty = np.zeros(0, np.int32)
     arrays = A.TraceArrays(
         **f, hist_values=empty, tok_stream=empty, cand_values=empty,
@@ -143,6 +151,7 @@ def load(
     )  # fmt: skip
     wl = Workload.of(arrays, model)
     sample = _scan(arrays, wl, id_lists or checked, threshold(sample_rate), int(seed))
+    release_memory()  # pass 2's batches and the sample's parts
     return SampledWorkload(wl, sample)
 
 
@@ -189,6 +198,7 @@ def _scan(a: A.TraceArrays, wl: Workload, batches: A.Batches, thr: int, seed: in
         i0 += n_b
     if i0 != a.n_requests:
         raise RuntimeError("the trace changed between the two passes of the sampled load")
+    release_memory()  # the batches' buffers, before the parts are joined
     hist_offsets = np.zeros(a.n_users + 1, np.int64)
     users = cat_parts(h_user, np.int32)
     del h_user
@@ -200,6 +210,7 @@ def _scan(a: A.TraceArrays, wl: Workload, batches: A.Batches, thr: int, seed: in
     by_pos, by_item = np.empty_like(pos), np.empty_like(items)
     _by_user(users, pos, items, hist_offsets, by_pos, by_item)
     del users, pos, items
+    release_memory()
     cand_offsets = np.zeros(a.n_requests + 1 if explicit else 1, np.int64)
     if explicit:
         np.cumsum(c_count, out=cand_offsets[1:])
