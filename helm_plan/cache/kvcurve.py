@@ -82,15 +82,28 @@ def binned_reuse(
     ``edges`` are the window bounds in requests. Returns (reused int64
     [n_windows, len(grid)], context tokens int64 [n_windows]).
     """
-    grid = np.asarray(grid_tokens, np.int64)
+    grid = np.ascontiguousarray(grid_tokens, np.int64)
     n_win = len(edges) - 1
-    win = np.repeat(np.arange(n_win, dtype=np.int64), np.diff(edges))
-    ng = len(grid)
-    b = np.where(kd.dist_tokens >= 0, np.searchsorted(grid, kd.dist_tokens, side="left"), ng)
-    acc = np.bincount(win * (ng + 1) + b, weights=kd.reuse_tokens, minlength=n_win * (ng + 1))
-    acc = np.rint(acc).astype(np.int64).reshape(n_win, ng + 1)
-    ctx = np.bincount(win, weights=kd.ctx_len, minlength=n_win)
-    return np.cumsum(acc[:, :ng], axis=1), np.rint(ctx).astype(np.int64)
+    acc = np.zeros((n_win, len(grid)), np.int64)
+    ctx = np.zeros(n_win, np.int64)
+    # compiled, one pass: the vectorised form held three per-request int64 temporaries
+    _bin_reuse(kd.dist_tokens, kd.reuse_tokens, kd.ctx_len, grid,
+               np.ascontiguousarray(edges, np.int64), acc, ctx)  # fmt: skip
+    return np.cumsum(acc, axis=1), ctx
+
+
+@nb.njit(cache=True)
+def _bin_reuse(dist, reuse, ctx_len, grid, edges, acc, ctx):
+    # request i's reuse counts at every capacity >= d_i: binned at the first such grid point
+    ng = grid.shape[0]
+    for w in range(edges.shape[0] - 1):
+        for i in range(edges[w], edges[w + 1]):
+            ctx[w] += ctx_len[i]
+            d = dist[i]
+            if d >= 0:
+                b = np.searchsorted(grid, d)
+                if b < ng:
+                    acc[w, b] += reuse[i]
 
 
 def kv_reuse_exact(
