@@ -25,8 +25,10 @@ round-robin (32 caches without helm's probes).
 
 Run: ``python benchmarks/bench_cluster.py [--repeat K] [--refill MODE] [--ten-million]
 [--sizes 100000,10000000] [--node-max N] [--pool-fraction F] [--skip-memory]
-[--skip-routing]``. Timing is CPU time of this process, best of ``--repeat``
-interleaved runs: on a shared machine other tenants' cache traffic moves both sides.
+[--skip-routing] [--base-size N] [--headline-size N] [--routing-duration-s S]
+[--routing-qps Q]``.
+Timing is CPU time of this process, best of ``--repeat`` interleaved runs: on a shared
+machine other tenants' cache traffic moves both sides.
 """
 
 from __future__ import annotations
@@ -126,6 +128,14 @@ def peak_mib(path: Path, what: str, refill: str) -> tuple[float, float]:
     return d["loaded_mib"], d["peak_mib"]
 
 
+def short(n: int) -> str:
+    """100k, 1M, 10M: the sizes as the figures' labels name them."""
+    for unit, suffix in ((10**6, "M"), (10**3, "k")):
+        if n >= unit and n % unit == 0:
+            return f"{n // unit}{suffix}"
+    return f"{n:,}"
+
+
 def row(rows: list, figure: str, value: str, peer: str, ratio: str, target: str = "") -> None:
     rows.append((figure, value, peer, ratio, target))
     print(f"  {figure}: {value} | peer {peer} | {ratio} {target}", flush=True)
@@ -152,6 +162,30 @@ def main() -> None:
         default=0.25,
         help="pool as a share of each trace's footprint, figures 1-2 (capped at the GPU)",
     )
+    ap.add_argument(
+        "--base-size",
+        type=int,
+        default=100_000,
+        help="smallest trace size: the warm-up and the reference of the cost growth (figure 2)",
+    )
+    ap.add_argument(
+        "--headline-size",
+        type=int,
+        default=1_000_000,
+        help="trace size of figures 1 and 3 (figure 1 runs only if it is among the sizes)",
+    )
+    ap.add_argument(
+        "--routing-duration-s",
+        type=float,
+        default=40.0,
+        help="length of figure 4's mixed trace (small for a smoke run)",
+    )
+    ap.add_argument(
+        "--routing-qps",
+        type=float,
+        default=6000.0,
+        help="base arrival rate of figure 4's mixed trace (small for a smoke run)",
+    )
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -159,9 +193,10 @@ def main() -> None:
         return
     print(f"cpus: {os.cpu_count()}, load average: {os.getloadavg()}")
     d = Path(args.dir)
-    sizes = [100_000, 1_000_000] + ([10_000_000] if args.ten_million else [])
+    base_n, head_n = args.base_size, args.headline_size
+    sizes = [base_n, 1_000_000] + ([10_000_000] if args.ten_million else [])
     if args.sizes:
-        sizes = sorted({100_000, *(int(float(x)) for x in args.sizes.split(","))})
+        sizes = sorted({base_n, *(int(float(x)) for x in args.sizes.split(","))})
     paths = {n: d / f"bench_cluster_steady_{n}.parquet" for n in sizes}
     for n, p in paths.items():
         make_trace(p, n)
@@ -171,7 +206,7 @@ def main() -> None:
     print(f"refill {args.refill}, static r = {R}, pool {args.pool_fraction:g} of the footprint, "
           f"best of {args.repeat} run(s) per size")  # fmt: skip
     # compile every kernel once on a small span
-    warm = load_context(paths[100_000], pool_fraction=0.25)
+    warm = load_context(paths[base_n], pool_fraction=0.25)
     simulate_cluster(warm, R, ClusterConfig(nodes=2, router="helm", node=NodeConfig(window_s=1e6)))
     simulate_node(warm, R, NodeConfig(window_s=1e6))
     per_req: dict[int, tuple[float, float]] = {}
@@ -194,8 +229,8 @@ def main() -> None:
             print(f"  node {c_node:.1f} CPU-s ({w_node:.1f} s wall), EMB misses "
                   f"{node.miss_bytes.sum() / node.lookup_bytes.sum():.3f}, KV reuse "
                   f"{node.kv_reuse_rate:.3f}", flush=True)  # fmt: skip
-        if n == 1_000_000 and with_node:
-            row(rows, "throughput, 32 nodes x 1M, helm", f"{m / c_clu:,.0f} req/CPU-s",
+        if n == head_n and with_node:
+            row(rows, f"throughput, 32 nodes x {short(n)}, helm", f"{m / c_clu:,.0f} req/CPU-s",
                 f"1 node {m / c_node:,.0f} req/CPU-s", f"{c_node / c_clu:.0%}", "(target >= 70%)")  # fmt: skip
             # where the time goes: the machinery at equal cache work (one node), and 32 caches
             # without helm's probes (round-robin)
@@ -203,35 +238,38 @@ def main() -> None:
             _, c_one, _ = timed(lambda ctx=ctx, one=one: simulate_cluster(ctx, R, one))
             rr = ClusterConfig(nodes=NODES, router="round-robin", node=ncfg)
             _, c_rr, _ = timed(lambda ctx=ctx, rr=rr: simulate_cluster(ctx, R, rr))
-            row(rows, "throughput, 1 node x 1M through the cluster kernel, helm",
+            row(rows, f"throughput, 1 node x {short(n)} through the cluster kernel, helm",
                 f"{m / c_one:,.0f} req/CPU-s", f"simulate {m / c_node:,.0f} req/CPU-s",
                 f"{c_node / c_one:.0%}")  # fmt: skip
-            row(rows, "throughput, 32 nodes x 1M, round-robin", f"{m / c_rr:,.0f} req/CPU-s",
-                f"1 node {m / c_node:,.0f} req/CPU-s", f"{c_node / c_rr:.0%}")  # fmt: skip
-    base = per_req[100_000][0]
+            row(rows, f"throughput, 32 nodes x {short(n)}, round-robin",
+                f"{m / c_rr:,.0f} req/CPU-s", f"1 node {m / c_node:,.0f} req/CPU-s", f"{c_node / c_rr:.0%}")  # fmt: skip
+    base = per_req[base_n][0]
     for n, (uc, un) in per_req.items():
         peer = f"1 node {un:.1f} µs/req" if np.isfinite(un) else "1 node not run"
         ratio = f"{uc / un:.2f}x node" if np.isfinite(un) else ""
-        row(rows, f"cost, {n:,} requests", f"{uc:.1f} µs/req ({uc / base:.2f}x of 100k)",
-            peer, ratio)  # fmt: skip
+        row(rows, f"cost, {n:,} requests",
+            f"{uc:.1f} µs/req ({uc / base:.2f}x of {short(base_n)})", peer, ratio)  # fmt: skip
     if not args.skip_memory:
-        p1m = d / "bench_cluster_steady_1000000.parquet"
-        make_trace(p1m, 1_000_000)
+        p1m = d / f"bench_cluster_steady_{head_n}.parquet"
+        make_trace(p1m, head_n)
         (load_c, mem_c) = peak_mib(p1m, "cluster", args.refill)
         (_, mem_n) = peak_mib(p1m, "node", args.refill)
-        row(rows, "peak memory, 32 x 1M, helm", f"{mem_c:,.0f} MiB ({load_c:,.0f} MiB after load)",
-            f"1 node {mem_n:,.0f} MiB", f"{mem_c / 1024:.2f} GiB", "(target <= 2 GiB)")  # fmt: skip
+        row(rows, f"peak memory, 32 x {short(head_n)}, helm",
+            f"{mem_c:,.0f} MiB ({load_c:,.0f} MiB after load)", f"1 node {mem_n:,.0f} MiB", f"{mem_c / 1024:.2f} GiB", "(target <= 2 GiB)")  # fmt: skip
     if not args.skip_routing:
-        routing(d, rows)
+        routing(d, rows, args.routing_duration_s, args.routing_qps)
     print("\n| figure | value | peer (same run) | ratio | target |\n|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
 
 
-def routing(d: Path, rows: list) -> None:
+def routing(d: Path, rows: list, dur: float = 40.0, qps: float = 6000.0) -> None:
     """Figure 4: helm against the best baseline on a bursty mixed trace where the SLO binds."""
-    qps, nodes, dur = 6000.0, 4, 40.0
-    p = d / "bench_cluster_mixed.parquet"
+    nodes = 4
+    # the default name is the file earlier runs cached; another size gets its own file
+    default = (dur, qps) == (40.0, 6000.0)
+    name = "mixed" if default else f"mixed_{dur:g}s_{qps:g}qps"
+    p = d / f"bench_cluster_{name}.parquet"
     if not p.exists():
         tab = synthesize(SynthConfig(regime="mixed", qps=qps, duration_s=dur, seed=3))
         trace.write(tab, p, {"source": "bench_cluster", "regime": "mixed"})

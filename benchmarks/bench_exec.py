@@ -14,7 +14,8 @@ gr-small on a100-80g), pool = 25 % of the footprint, 10 s windows -> 25
 windows, ``--trials`` Optuna trials per window, ``warmup = "window"`` (the
 parallel mode).
 
-Run: ``python benchmarks/bench_exec.py [--trials 30] [--workers 2] [--repeats 2]``
+Run: ``python benchmarks/bench_exec.py [--trials 30] [--workers 2] [--repeats 2]
+[--duration-s 250]``
 (repeats are interleaved and the best of each is kept: the machine is shared).
 
 Not here: issue 13's 10M-request ``helm-plan plan`` through Ray (3 GPUs x 3 policies x 3
@@ -50,10 +51,16 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=30)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument(
+        "--duration-s",
+        type=float,
+        default=250.0,
+        help="trace length at 400 QPS (the default gives ~100k requests; small for a smoke run)",
+    )
     args = ap.parse_args()
     print(f"cpus: {os.cpu_count()}, load average: {os.getloadavg()}")
     t0 = time.perf_counter()
-    table = synthesize(SynthConfig(regime="steady", qps=400.0, duration_s=250.0, seed=1))
+    table = synthesize(SynthConfig(regime="steady", qps=400.0, duration_s=args.duration_s, seed=1))
     a = A.from_table(table, seed=1)
     gpu, model = load_gpu("a100-80g"), load_model("gr-small")
     lat = build_latency_model(gpu, model, resolve_latency(gpu, model, None))
@@ -65,7 +72,8 @@ def main() -> None:
           f"(built in {time.perf_counter() - t0:.1f} s)")  # fmt: skip
 
     w = args.workers
-    evaluate_span(ctx, 0.5, 0, 0, 1000, ncfg)  # compile/load the kernels outside the timings
+    # compile/load the kernels outside the timings (a --duration-s trace may be under 1000)
+    evaluate_span(ctx, 0.5, 0, 0, min(1000, a.n_requests), ncfg)
     ex = RayExecutor(num_cpus=w)
     t0 = time.perf_counter()
     assert ex.workers == w  # starts the local instance

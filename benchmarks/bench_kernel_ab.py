@@ -8,7 +8,8 @@ once in a warm-up run).
 
 Trace: the cluster benchmark's steady synth trace of ``--requests`` requests.
 
-Run: ``python benchmarks/bench_kernel_ab.py --baseline REV [--requests N] [--repeat K]``.
+Run: ``python benchmarks/bench_kernel_ab.py --baseline REV [--requests N] [--repeat K]``
+(``--baseline-dir DIR`` compares against a source tree as it is, without git).
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ def run(tree: Path, trace: str, repeat: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--baseline", help="git revision to compare against")
+    ap.add_argument(
+        "--baseline-dir",
+        help="a source tree to compare against as it is, instead of a worktree of --baseline",
+    )
     ap.add_argument("--requests", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per side")
@@ -58,16 +63,20 @@ def main() -> None:
     if args.child:
         child(args.child[0], int(args.child[1]))
         return
-    if not args.baseline:
-        ap.error("--baseline REV is required")
+    if not args.baseline and not args.baseline_dir:
+        ap.error("--baseline REV (or --baseline-dir DIR) is required")
+    label = args.baseline or args.baseline_dir
     from bench_cluster import make_trace  # this script's folder is on sys.path
 
     trace = Path(tempfile.gettempdir()) / f"bench_cluster_steady_{args.requests}.parquet"
     make_trace(trace, args.requests)
     with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp) / "baseline"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(base),
-                        args.baseline], check=True)  # fmt: skip
+        if args.baseline_dir:
+            base = Path(args.baseline_dir).resolve()
+        else:
+            base = Path(tmp) / "baseline"
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach",
+                            str(base), args.baseline], check=True)  # fmt: skip
         try:
             ours, theirs = [], []
             for _ in range(args.rounds):
@@ -75,12 +84,13 @@ def main() -> None:
                 ours.append(run(ROOT, str(trace), args.repeat))
                 print(f"  baseline {theirs[-1]:.1f} µs/req, this tree {ours[-1]:.1f}", flush=True)
         finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)],
-                           check=False)  # fmt: skip
+            if not args.baseline_dir:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                                str(base)], check=False)  # fmt: skip
     print("\n| figure | value | peer (same run) | ratio |\n|---|---|---|---|")
     print(
         f"| one node, {args.requests:,} requests, CPU per request | {min(ours):.1f} µs "
-        f"| {args.baseline}: {min(theirs):.1f} µs | {min(theirs) / min(ours):.2f}x faster |"
+        f"| {label}: {min(theirs):.1f} µs | {min(theirs) / min(ours):.2f}x faster |"
     )
 
 

@@ -17,7 +17,8 @@ Load: gr-small at 400 QPS, gr-large at 200 QPS (base rate; trend ramps
 0.5x-1.5x, bursts 4x); the measured utilisation is printed.
 Overall figures skip window 0 (cold caches).
 
-Run: ``python benchmarks/bench_regimes.py [--workers 2] [--json out.json]``.
+Run: ``python benchmarks/bench_regimes.py [--workers 2] [--json out.json] [--models ...]
+[--regimes ...] [--duration-s 300] [--trials 30] [--qps-scale 1]``.
 """
 
 from __future__ import annotations
@@ -39,15 +40,23 @@ from helm_plan.synth import SynthConfig, synthesize
 QPS = {"gr-small": 400.0, "gr-large": 200.0}
 
 
-def run_one(model_name: str, regime: str, workers: int, warmup: str = "window") -> dict:
+def run_one(
+    model_name: str,
+    regime: str,
+    workers: int,
+    warmup: str = "window",
+    duration_s: float = 300.0,
+    trials: int = 30,
+    qps_scale: float = 1.0,
+) -> dict:
     gpu = load_gpu("a100-80g")
     model = load_model(model_name)
     lat = build_latency_model(gpu, model, resolve_latency(gpu, model, None))
     table = synthesize(
         SynthConfig(
             regime=regime,
-            qps=QPS[model_name],
-            duration_s=300.0,
+            qps=QPS[model_name] * qps_scale,
+            duration_s=duration_s,
             candidates=model.n_candidates,
             max_seq_len=model.max_seq_len,
             seed=7,
@@ -55,7 +64,7 @@ def run_one(model_name: str, regime: str, workers: int, warmup: str = "window") 
     )
     ctx = prepare_context(A.from_table(table, seed=7), gpu, model, lat, pool_fraction=0.25)
     ncfg = NodeConfig(refill="throttled")
-    ocfg = OracleConfig(trials=30, seed=0, warmup=warmup)
+    ocfg = OracleConfig(trials=trials, seed=0, warmup=warmup)
     ex = executors.local(workers)
     t0 = time.perf_counter()
     lab = label_windows(ctx, ncfg, ocfg, executor=ex)
@@ -124,12 +133,24 @@ def main() -> None:
         choices=["window", "carry"],
         help="oracle warm-up: independent windows (DESIGN.md) or the carried state",
     )
+    ap.add_argument(
+        "--duration-s", type=float, default=300.0, help="trace length (small for a smoke run)"
+    )
+    ap.add_argument("--trials", type=int, default=30, help="Optuna trials per window")
+    ap.add_argument(
+        "--qps-scale",
+        type=float,
+        default=1.0,
+        help="multiply the base loads (small for a smoke run)",
+    )
     args = ap.parse_args()
     rows = []
     for m in args.models.split(","):
         for reg in args.regimes.split(","):
             t0 = time.perf_counter()
-            row = run_one(m, reg, args.workers, args.warmup)
+            row = run_one(
+                m, reg, args.workers, args.warmup, args.duration_s, args.trials, args.qps_scale
+            )
             rows.append(row)
             print(
                 f"{m:9s} {reg:7s} n={row['requests']:6d} rho={row['utilisation']:.2f} "
