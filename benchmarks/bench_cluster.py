@@ -172,7 +172,7 @@ def main() -> None:
         "--headline-size",
         type=int,
         default=1_000_000,
-        help="trace size of figures 1 and 3 (figure 1 runs only if it is among the sizes)",
+        help="trace size of figures 1 and 3 (with --sizes, figure 1 runs only if it is among them)",
     )
     ap.add_argument(
         "--routing-duration-s",
@@ -194,7 +194,7 @@ def main() -> None:
     print(f"cpus: {os.cpu_count()}, load average: {os.getloadavg()}")
     d = Path(args.dir)
     base_n, head_n = args.base_size, args.headline_size
-    sizes = [base_n, 1_000_000] + ([10_000_000] if args.ten_million else [])
+    sizes = [base_n, head_n] + ([10_000_000] if args.ten_million else [])
     if args.sizes:
         sizes = sorted({base_n, *(int(float(x)) for x in args.sizes.split(","))})
     paths = {n: d / f"bench_cluster_steady_{n}.parquet" for n in sizes}

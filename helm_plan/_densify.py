@@ -227,15 +227,16 @@ def _set_bits(bits: np.ndarray, ids: np.ndarray) -> None:
         bits[x >> 6] |= np.uint64(1) << np.uint64(x & 63)
 
 
-@nb.njit(cache=True)
 def _bit_ids(bits: np.ndarray) -> np.ndarray:
-    # ascending: word by word, low bit first
-    n = 0
-    for w in bits:
-        while w:
-            w &= w - np.uint64(1)
-            n += 1
-    out = np.empty(n, np.int64)
+    """The set bits' indices, ascending."""
+    out = np.empty(int(np.bitwise_count(bits).sum()), np.int64)
+    _fill_bit_ids(bits, out)
+    return out
+
+
+@nb.njit(cache=True)
+def _fill_bit_ids(bits: np.ndarray, out: np.ndarray) -> None:
+    # word by word, low bit first
     k = 0
     for i in range(bits.shape[0]):
         w = bits[i]
@@ -246,7 +247,6 @@ def _bit_ids(bits: np.ndarray) -> np.ndarray:
                 k += 1
             w >>= np.uint64(1)
             b += 1
-    return out
 
 
 class DenseMap:

@@ -151,7 +151,7 @@ def load(
     )  # fmt: skip
     wl = Workload.of(arrays, model)
     sample = _scan(arrays, wl, id_lists or checked, threshold(sample_rate), int(seed))
-    release_memory()  # pass 2's batches and the sample's parts
+    release_memory()  # the implicit draws' and candidates' parts, freed as _scan returned
     return SampledWorkload(wl, sample)
 
 
