@@ -167,3 +167,74 @@ def test_workers_exit_when_the_driver_is_killed(tmp_path):
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_alive(p) for p in pids), "pool workers outlived the killed driver"
+
+
+def _describe(shared, x):
+    import numpy as np
+
+    arrays, big = shared
+    out = []
+    for a in arrays:
+        base = a.base
+        while isinstance(base, np.ndarray):
+            base = base.base
+        holder = type(getattr(base, "obj", base)).__name__
+        out.append((a.tobytes(), str(a.dtype), a.shape, a.flags.writeable, holder,
+                    a.ctypes.data % 64))  # fmt: skip
+    return out, _private_kib(), int(big.sum(dtype=np.int64)), _private_kib()
+
+
+def _private_kib():
+    with open("/proc/self/smaps_rollup") as f:
+        rows = dict(line.split()[:2] for line in f if line.startswith("Private_"))
+    return sum(int(v) for v in rows.values())
+
+
+def test_shared_arrays_are_views_of_one_block_not_copies():
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    c = rng.integers(0, 1 << 40, 1001)
+    ro = np.arange(7, dtype=np.int32)
+    ro.flags.writeable = False
+    arrays = [c, np.asfortranarray(rng.random((5, 3))), ro, c[::3], np.zeros(0, np.int8),
+              np.array([True, False, True])]  # fmt: skip
+    big = np.ones(32 << 20, np.uint8)  # 32 MiB, summed (every page read) in the worker
+    with executors.local(2) as ex:
+        got = ex.map(_describe, [0, 1], shared=(arrays, big))
+    for desc, before, total, after in got:
+        for a, (raw, dtype, shape, writeable, holder, align) in zip(arrays, desc, strict=True):
+            assert (raw, dtype, shape) == (a.tobytes(), str(a.dtype), a.shape)
+            assert writeable == a.flags.writeable  # a read-only array stays read-only
+            if a.flags.forc:
+                # contiguous arrays are views of the mapped block, aligned for numba
+                assert holder == "mmap" and (align == 0 or not a.size)
+            else:  # a strided view travels inside the pickle (a copy of its elements)
+                assert holder != "mmap"
+        assert total == big.size
+        # reading the 32 MiB array added no private pages: the worker maps the driver's copy
+        assert after - before < 4 << 10, (before, after)
+
+
+def _token_sum(shared, x):
+    return int(shared.sum())
+
+
+_KEPT: list = []
+
+
+def _keep_sum(shared, x):
+    _KEPT.append(shared)  # outlives the worker's cache entry: its block cannot close yet
+    return int(shared.sum())
+
+
+def test_evicted_blocks_are_unmapped_and_results_stay_right():
+    import numpy as np
+
+    # more distinct shared arrays than a worker caches: the oldest are evicted (and their
+    # blocks closed) while later maps still read the right data
+    for fn in (_token_sum, _keep_sum):
+        with executors.local(2) as ex:
+            for k in range(12):
+                arr = np.full(1000, k, dtype=np.int64)
+                assert ex.map(fn, [0, 1, 2], shared=arr) == [1000 * k] * 3

@@ -26,8 +26,9 @@ _WATCH_S = 0.5
 _CACHE_SIZE = 8
 """Shared objects a worker (and the parent's publication table) keeps at once, newest last."""
 
-_SHARED: dict[int, Any] = {}
-"""The worker process's unpickled shared objects by token (at most ``_CACHE_SIZE``)."""
+_SHARED: dict[int, tuple[Any, shared_memory.SharedMemory]] = {}
+"""The worker process's unpickled shared objects and their blocks by token (at most
+``_CACHE_SIZE``)."""
 
 
 def _default_label(i: int) -> str:
@@ -76,22 +77,39 @@ def _init_worker(parent: int) -> None:
     threading.Thread(target=watch, daemon=True, name="helm-plan parent watch").start()
 
 
-Ref = tuple[int, str, int]
-"""A published object: (token, shared-memory block name, pickled size)."""
+Ref = tuple[int, str, int, tuple[tuple[int, int], ...]]
+"""A published object: (token, shared-memory block name, pickle size, array buffer spans)."""
+
+_ALIGN = 64
+"""Alignment of each array buffer in a block (numba types unaligned arrays apart)."""
+
+_RETIRED: list[shared_memory.SharedMemory] = []
+"""A worker's blocks whose objects were evicted but whose arrays may still be referenced."""
+
+
+def _aligned(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
 
 
 def _load(ref: Ref) -> Any:
-    """The object behind ``ref``, unpickled once per worker from its shared-memory block."""
-    token, name, size = ref
+    """The object behind ``ref``, unpickled once per worker from its shared-memory block.
+
+    Its numpy arrays are views of the block (pickle protocol 5's out-of-band buffers), not
+    copies: every worker reads the one copy the driver published. The block stays mapped
+    while the object is cached, and until nothing references its arrays any more.
+    """
+    token, name, size, spans = ref
     if token not in _SHARED:
         block = shared_memory.SharedMemory(name=name)
-        try:
-            _SHARED[token] = pickle.loads(block.buf[:size])
-        finally:
-            block.close()
+        buf = block.buf
+        _SHARED[token] = pickle.loads(buf[:size], buffers=[buf[o : o + n] for o, n in spans]), block
         while len(_SHARED) > _CACHE_SIZE:
-            del _SHARED[next(iter(_SHARED))]
-    return _SHARED[token]
+            _RETIRED.append(_SHARED.pop(next(iter(_SHARED)))[1])
+        for old in list(_RETIRED):
+            with contextlib.suppress(BufferError):  # an array of it still lives: keep it mapped
+                old.close()
+                _RETIRED.remove(old)
+    return _SHARED[token][0]
 
 
 def _call(fn: Callable[[Any, Any], Any], refs: tuple[Ref, ...], whole: bool, item: Any) -> Any:
@@ -102,9 +120,13 @@ def _call(fn: Callable[[Any, Any], Any], refs: tuple[Ref, ...], whole: bool, ite
 class ProcessExecutor(Executor):
     """A pool of ``spawn`` worker processes; each shared object reaches a worker once.
 
-    ``shared`` is pickled once per map into a shared-memory block; a worker
-    unpickles it the first time one of its tasks needs it and keeps it (the
-    newest :data:`_CACHE_SIZE` objects). A tuple ``shared`` is published element
+    ``shared`` is published once into a shared-memory block: its pickle, and
+    beside it every contiguous numpy array it holds (pickle protocol 5's
+    out-of-band buffers). A worker unpickles it the first time one of its tasks
+    needs it and keeps it (the newest :data:`_CACHE_SIZE` objects); the arrays
+    it gets are views of the block, so all workers read one copy of the trace
+    and none holds its own. Tasks must not write into shared inputs (they never
+    could: a worker's copy served all its tasks). A tuple ``shared`` is published element
     by element and each element is remembered by identity, so a caller that maps
     many times over the same big input (the trace) plus a small changing part
     (a node's state at a window) ships the big one once per worker for the whole
@@ -164,11 +186,24 @@ class ProcessExecutor(Executor):
         if hit is not None and hit[0] is obj:
             self._published[id(obj)] = self._published.pop(id(obj))  # now the newest
             return hit[1]
-        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        block = shared_memory.SharedMemory(create=True, size=max(len(data), 1))
+        # protocol 5 hands every contiguous numpy array over as a buffer (no pickled copy of
+        # the trace in this process); each lands once in the block, aligned, after the pickle
+        bufs: list[pickle.PickleBuffer] = []
+        data = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+        raws = [b.raw() for b in bufs]
+        spans, end = [], _aligned(len(data))
+        for m in raws:
+            spans.append((end, m.nbytes))
+            end = _aligned(end + m.nbytes)
+        block = shared_memory.SharedMemory(create=True, size=max(end, 1))
         block.buf[: len(data)] = data
+        for m, (o, n) in zip(raws, spans, strict=True):
+            block.buf[o : o + n] = m
+        del raws
+        for b in bufs:
+            b.release()
         self._next_token += 1
-        ref = (self._next_token, block.name, len(data))
+        ref = (self._next_token, block.name, len(data), tuple(spans))
         self._published[id(obj)] = (obj, ref, block)
         for key in [k for k in self._published if k not in self._pinned]:
             if len(self._published) <= _CACHE_SIZE:
