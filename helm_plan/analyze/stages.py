@@ -332,7 +332,7 @@ def stage_policies(
         o_p99, o_att, oracle_schedule = bs.p99_ms, bs.slo_attainment, "best-static"
     base = results["best-static"]
     i0 = len(base.sojourn_s) - base.requests
-    widx = np.repeat(np.arange(len(base.ratios)), base.windows["requests"].to_numpy())
+    widx = base.window_idx
     ad_rows = []
     for name in ADAPTIVE_NAMES:
         ci = adaptivity_ci(

@@ -44,8 +44,6 @@ class NodeResult:
     """EMB bytes missed per request."""
     batch_size: np.ndarray
     """Requests in each request's batch, int32."""
-    window_idx: np.ndarray
-    """Window of each request, int64."""
     windows: pl.DataFrame
     """Per-window figures (see simulate_node)."""
     p50_ms: float
@@ -74,6 +72,13 @@ class NodeResult:
     """First window counted in the overall figures."""
     term_s: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     """Service time by term summed per window, seconds (helm_plan.latency.model.TERMS)."""
+
+    @property
+    def window_idx(self) -> np.ndarray:
+        """Window of each request, int64: derived from ``windows``, so a stored result (one
+        per static split and policy in ``analyze``) holds 8 bytes less per request."""
+        counts = self.windows["requests"].to_numpy()
+        return np.repeat(np.arange(len(counts), dtype=np.int64), counts)
 
     def compact(self) -> NodeResult:
         """The same result without per-request arrays but the sojourns (a few bytes per request)."""
@@ -166,7 +171,6 @@ def collect(results: list[WindowResult], cfg: NodeConfig) -> NodeResult:
         lookup_bytes=look_b,
         miss_bytes=miss_b,
         batch_size=cat("batch_size", np.int32),
-        window_idx=np.repeat(np.arange(n_w, dtype=np.int64), counts),
         windows=windows,
         p50_ms=lat.p50_ms,
         p99_ms=lat.p99_ms,
