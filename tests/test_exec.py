@@ -238,3 +238,25 @@ def test_evicted_blocks_are_unmapped_and_results_stay_right():
             for k in range(12):
                 arr = np.full(1000, k, dtype=np.int64)
                 assert ex.map(fn, [0, 1, 2], shared=arr) == [1000 * k] * 3
+
+
+def test_too_little_shared_memory_is_a_clear_error_not_a_bus_error(monkeypatch):
+    import importlib
+
+    import numpy as np
+
+    local = importlib.import_module("helm_plan.exec.local")  # the package's ``local`` is a function
+    # a tmpfs smaller than the block would let the block be created and then kill the
+    # driver with SIGBUS on the first write past its room (Docker's default is 64 MiB)
+    monkeypatch.setattr(local, "_shm_free", lambda: 1 << 20)
+    ex = executors.local(2)
+    with pytest.raises(executors.ExecutorError) as e:
+        ex.map(_token_sum, [0, 1], shared=np.ones(1 << 19, np.int64))  # 4 MiB
+    assert e.value.one_line() == (
+        "the workers' shared inputs need 4 MiB of shared memory but /dev/shm has 1 MiB free; "
+        "run with --workers 1, or give the machine more shared memory (docker run --shm-size=8g)"
+    )
+    assert ex._pool is None and not ex._published
+    # with room (a block of its exact size fits) the same map runs
+    monkeypatch.setattr(local, "_shm_free", lambda: (1 << 22) + 4096)
+    assert ex.map(_token_sum, [0, 1], shared=np.ones(1 << 19, np.int64)) == [1 << 19] * 2

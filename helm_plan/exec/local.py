@@ -7,6 +7,7 @@ import itertools
 import multiprocessing as mp
 import os
 import pickle
+import shutil
 import signal
 import threading
 import time
@@ -16,7 +17,7 @@ from multiprocessing import shared_memory
 from typing import Any, TypeVar
 
 from helm_plan.config import require_int
-from helm_plan.exec.base import Executor, Progress, task_error
+from helm_plan.exec.base import Executor, ExecutorError, Progress, task_error
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -85,6 +86,31 @@ _ALIGN = 64
 
 _RETIRED: list[shared_memory.SharedMemory] = []
 """A worker's blocks whose objects were evicted but whose arrays may still be referenced."""
+
+
+_SHM_DIR = "/dev/shm"
+"""Where POSIX shared memory lives on Linux (a tmpfs: 64 MiB in a default Docker container)."""
+
+
+def _shm_free() -> int | None:
+    """Free bytes in shared memory, or None where it is not a directory we can see."""
+    try:
+        return shutil.disk_usage(_SHM_DIR).free
+    except OSError:
+        return None
+
+
+def _check_room(need: int) -> None:
+    # Linux grows a block lazily: a block larger than the tmpfs's free room is created
+    # without error, and the first write past the room kills this process with SIGBUS
+    free = _shm_free()
+    if free is not None and need > free:
+        raise ExecutorError(
+            f"the workers' shared inputs need {need / 2**20:,.0f} MiB of shared memory but "
+            f"{_SHM_DIR} has {free / 2**20:,.0f} MiB free",
+            hint="run with --workers 1, or give the machine more shared memory "
+            "(docker run --shm-size=8g)",
+        )
 
 
 def _aligned(n: int) -> int:
@@ -195,6 +221,7 @@ class ProcessExecutor(Executor):
         for m in raws:
             spans.append((end, m.nbytes))
             end = _aligned(end + m.nbytes)
+        _check_room(end)
         block = shared_memory.SharedMemory(create=True, size=max(end, 1))
         block.buf[: len(data)] = data
         for m, (o, n) in zip(raws, spans, strict=True):
