@@ -98,7 +98,8 @@ def child_curves(trace_path: str, sample_rate: float, load_only: bool = False) -
 
     from helm_plan.cache import sampled
     from helm_plan.cache.curves import CurvesConfig, compute_curves
-    from helm_plan.profiles import DEFAULT_MODEL, Pool, load_model
+    from helm_plan.pool import Pool
+    from helm_plan.profiles import DEFAULT_MODEL, load_model
 
     data = None
     t0 = time.perf_counter()

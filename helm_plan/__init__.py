@@ -12,6 +12,7 @@ from helm_plan.errors import (
     ProfileError,
     TraceError,
 )
+from helm_plan.pool import resolve_pool
 from helm_plan.profiles import (
     GpuProfile,
     LatencyProfile,
@@ -19,7 +20,6 @@ from helm_plan.profiles import (
     load_gpu,
     load_latency,
     load_model,
-    resolve_pool,
 )
 
 __all__ = [

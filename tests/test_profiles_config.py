@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helm_plan import config, profiles
+from helm_plan import config, pool, profiles
 from helm_plan.errors import ConfigError, ProfileError
 from helm_plan.profiles import load_model
 
@@ -21,7 +21,7 @@ def test_shipped_profiles_load_and_derive():
     assert large.row_bytes == 128 * 2 and large.kv_slide_chunk == 1024
     assert large.kv_bytes_per_token == 2 * 24 * 1024 * 2
     g = profiles.load_gpu("a100-80g")
-    assert profiles.pool_bytes(g, small) == 80 * 2**30 - small.weights_bytes - small.reserve_bytes
+    assert pool.pool_bytes(g, small) == 80 * 2**30 - small.weights_bytes - small.reserve_bytes
     for name in profiles.available("gpu"):
         assert "source" in profiles.load_gpu(name).__dataclass_fields__
 
@@ -52,25 +52,25 @@ def test_user_profile_path(tmp_path: Path):
 
 def test_resolve_pool():
     g, m = profiles.load_gpu("a100-80g"), profiles.load_model("gr-small")
-    assert profiles.resolve_pool(g, m, pool_bytes_override=1000).pool_bytes == 1000
-    assert profiles.resolve_pool(g, m, pool_fraction=0.5, footprint_bytes=1000).pool_bytes == 500
+    assert pool.resolve_pool(g, m, pool_bytes_override=1000).pool_bytes == 1000
+    assert pool.resolve_pool(g, m, pool_fraction=0.5, footprint_bytes=1000).pool_bytes == 500
     with pytest.raises(ProfileError, match="not both"):
-        profiles.resolve_pool(g, m, pool_bytes_override=1, pool_fraction=0.5)
+        pool.resolve_pool(g, m, pool_bytes_override=1, pool_fraction=0.5)
     with pytest.raises(ProfileError, match="pool_bytes must be positive, got -3"):
-        profiles.resolve_pool(g, m, pool_bytes_override=-3)
+        pool.resolve_pool(g, m, pool_bytes_override=-3)
 
 
 def test_a_pool_larger_than_the_gpu_leaves_is_rejected():
     g, m = profiles.load_gpu("a100-80g"), profiles.load_model("gr-small")
     room = g.hbm_bytes - m.weights_bytes - m.reserve_bytes  # what `profiles` lists
-    assert profiles.resolve_pool(g, m, pool_bytes_override=room).pool_bytes == room
+    assert pool.resolve_pool(g, m, pool_bytes_override=room).pool_bytes == room
     with pytest.raises(ProfileError, match="exceeds what a100-80g leaves") as ei:
-        profiles.resolve_pool(g, m, pool_bytes_override=room + 1)
+        pool.resolve_pool(g, m, pool_bytes_override=room + 1)
     assert "smaller --pool-bytes" in ei.value.hint
     with pytest.raises(ProfileError, match="from --pool-fraction 1000000"):
-        profiles.resolve_pool(g, m, pool_fraction=1e6, footprint_bytes=10**9)
+        pool.resolve_pool(g, m, pool_fraction=1e6, footprint_bytes=10**9)
     with pytest.raises(ProfileError, match="positive and finite"):
-        profiles.resolve_pool(g, m, pool_fraction=float("inf"), footprint_bytes=10**9)
+        pool.resolve_pool(g, m, pool_fraction=float("inf"), footprint_bytes=10**9)
 
 
 def test_profile_and_plan_paths_that_are_folders(tmp_path: Path):

@@ -36,7 +36,8 @@ from helm_plan.cache import curves as C
 from helm_plan.cache import embstream, sampled
 from helm_plan.cache.core import Workload, capacities
 from helm_plan.io import check_output, ensure_distinct_outputs
-from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL, Pool, load_model
+from helm_plan.pool import Pool
+from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL, load_model
 from helm_plan.sim import load_context
 
 CURVES = C.CurvesConfig()

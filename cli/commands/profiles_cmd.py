@@ -9,7 +9,8 @@ from helm_plan_cli.options import JsonOpt, QuietOpt
 from helm_plan_cli.output import emit_json, emit_table
 from rich.table import Table
 
-from helm_plan.profiles import available, load_gpu, load_model, pair_sizes
+from helm_plan.pool import pair_sizes
+from helm_plan.profiles import available, load_gpu, load_model
 
 
 def _gib(b: int) -> str:

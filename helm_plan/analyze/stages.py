@@ -32,7 +32,7 @@ from helm_plan.oracle import (
 from helm_plan.oracle.labels import grid_suffix
 from helm_plan.oracle.static import BackgroundStatic, StaticRuns
 from helm_plan.policies import PolicyEnv, parse_policy
-from helm_plan.profiles import Pool
+from helm_plan.pool import Pool
 from helm_plan.sim import (
     NodeConfig,
     NodeContext,

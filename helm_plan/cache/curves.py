@@ -61,7 +61,8 @@ from helm_plan.cache.sampled import SampledWorkload
 from helm_plan.cache.shards import SHARDS_MODULUS
 from helm_plan.config import require_positive, require_range
 from helm_plan.errors import ConfigError, InputFileError
-from helm_plan.profiles import GpuProfile, ModelProfile, Pool
+from helm_plan.pool import Pool
+from helm_plan.profiles import GpuProfile, ModelProfile
 
 KINDS = ("emb", "emb_kv0", "kv")
 """Curve kinds, in table order."""

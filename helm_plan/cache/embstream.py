@@ -42,7 +42,8 @@ from helm_plan.cache.sampled import SampledWorkload, check_pass, generate
 from helm_plan.cache.shards import SHARDS_MODULUS, ShardsPass, key_hash, seed_mix, threshold
 from helm_plan.cache.stack import StackPass, check_grid, size_classes, window_of_requests
 from helm_plan.errors import ConfigError
-from helm_plan.profiles import ModelProfile, Pool
+from helm_plan.pool import Pool
+from helm_plan.profiles import ModelProfile
 
 Sink = Callable[[int, np.ndarray, np.ndarray, np.ndarray], None]
 """Called with (first request, per-request offsets, keys, key bytes) per chunk of the full stream."""

@@ -13,6 +13,7 @@ from helm_plan.cache.core import Workload
 from helm_plan.cache.footprint import final_context, footprint
 from helm_plan.errors import ConfigError
 from helm_plan.latency.model import LatencyModel, build_latency_model, resolve_latency
+from helm_plan.pool import resolve_pool
 from helm_plan.profiles import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
@@ -21,7 +22,6 @@ from helm_plan.profiles import (
     ModelProfile,
     load_gpu,
     load_model,
-    resolve_pool,
 )
 
 

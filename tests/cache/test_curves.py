@@ -17,7 +17,8 @@ from helm_plan.cache import curves as C
 from helm_plan.cache.footprint import footprint
 from helm_plan.cache.knee import kneedle
 from helm_plan.errors import ConfigError, InputFileError
-from helm_plan.profiles import Pool, load_gpu
+from helm_plan.pool import Pool
+from helm_plan.profiles import load_gpu
 
 MODEL = model(MULTI, max_seq_len=24, chunk=5)
 GPU = load_gpu("a100-80g")

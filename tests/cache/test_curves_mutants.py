@@ -25,7 +25,8 @@ from helm_plan.cache import curves as C
 from helm_plan.cache.footprint import Footprint
 from helm_plan.cache.shards import SHARDS_MODULUS
 from helm_plan.errors import ConfigError, InputFileError
-from helm_plan.profiles import EmbTable, Pool, load_gpu
+from helm_plan.pool import Pool
+from helm_plan.profiles import EmbTable, load_gpu
 
 GPU = load_gpu("a100-80g")
 M1 = model([EmbTable("item", dim=1, dtype_bytes=1)], max_seq_len=40, chunk=1)  # 1-byte rows

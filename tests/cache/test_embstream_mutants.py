@@ -29,7 +29,8 @@ from helm_plan import arrays as A
 from helm_plan import trace
 from helm_plan.cache import core
 from helm_plan.cache import embstream as E
-from helm_plan.profiles import EmbTable, Pool
+from helm_plan.pool import Pool
+from helm_plan.profiles import EmbTable
 
 
 def _workload(explicit: bool = True, tables=MULTI, n: int = 30, seed: int = 3):

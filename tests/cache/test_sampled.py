@@ -14,7 +14,8 @@ from helm_plan.cache import embstream as E
 from helm_plan.cache.curves import CurvesConfig, compute_curves
 from helm_plan.errors import ConfigError
 from helm_plan.latency.model import build_latency_model, resolve_latency
-from helm_plan.profiles import Pool, load_gpu, load_model
+from helm_plan.pool import Pool
+from helm_plan.profiles import load_gpu, load_model
 from helm_plan.sim import NodeConfig, prepare_context
 from helm_plan.sim.step import NodeRunner
 

@@ -19,7 +19,8 @@ from helm_plan import trace as T
 from helm_plan.cache import core
 from helm_plan.cache import curves as C
 from helm_plan.cache import embstream as E
-from helm_plan.profiles import Pool, load_gpu
+from helm_plan.pool import Pool
+from helm_plan.profiles import load_gpu
 
 
 def _lcs_byte_hit_rate(df: pl.DataFrame, cap: int, path) -> float:

@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from helm_plan.cache import curves as C
 from helm_plan.cache import sampled
-from helm_plan.profiles import Pool, load_gpu, load_model, pool_bytes
+from helm_plan.pool import Pool, pool_bytes
+from helm_plan.profiles import load_gpu, load_model
 from helm_plan.sim import load_context
 
 runner = CliRunner()
