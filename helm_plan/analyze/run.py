@@ -32,6 +32,7 @@ import polars as pl
 
 from helm_plan import exec as executors
 from helm_plan import io, rundir, synth, trace
+from helm_plan._densify import release_memory
 from helm_plan.analyze.capacity import oracle_shortcut
 from helm_plan.analyze.config import AnalyzeConfig
 from helm_plan.analyze.operating import (
@@ -153,6 +154,7 @@ def _run_analyze(
     )  # fmt: skip
     sha = trace.sha256(tpath)
     gpu, model, lat_prof = ctx.gpu, ctx.model, ctx.latency_profile
+    n_requests = int(ctx.arrays.n_requests)
     assert lat_prof is not None  # load_context always resolves one
     base = {"v": STAGE_VERSION, "trace": sha, "gpu": asdict(gpu), "model": asdict(model),
             "latency": asdict(lat_prof), "pool": ctx.pool_bytes, "seed": cfg.seed}  # fmt: skip
@@ -212,6 +214,12 @@ def _run_analyze(
                 table, ctx, cap.meta["per_node_factor"], cfg.seed, cfg.window_s
             )
             keys_op = {"op": cap.meta["per_node_factor"]}
+            # the whole trace as an Arrow table (history lists included: ~0.7 KB a request)
+            # was only needed to plan and scale; hand it back before the oracle runs
+            del table
+            if curves_bg is None:  # the trace as it is served inspect, curves and the plan only
+                del ctx
+            release_memory()
         if op_ctx.footprint_bytes <= op_ctx.pool_bytes:
             ocfg, fits = oracle_shortcut(cfg.oracle), True
         keys["oracle"] = stable_hash({"up": keys["oracle"], **keys_op, "cfg": asdict(ocfg)})
@@ -246,7 +254,7 @@ def _run_analyze(
         with pf("report") as tick:
             tick(0, 4)
             run = _run_data(tpath, sha, cfg, op_ctx, lat_prof, labels, outputs, runs, command)
-            run.meta.update(shortcut, trace_requests=int(ctx.arrays.n_requests))
+            run.meta.update(shortcut, trace_requests=n_requests)
             store_path = write_store(out / "helm.duckdb", run)
             tick(1, 4)
             labels_path = write_labels(labels, out / "labels.parquet")
