@@ -87,7 +87,8 @@ def stream_sizes(ids: np.ndarray, key_bytes: np.ndarray | None, kb: np.ndarray) 
     """Bytes of each access, int32, in stream order (the passes read them beside the keys)."""
     if key_bytes is None or (len(kb) and kb.min() == kb.max()):  # one size: no gather
         return np.full(len(ids), kb[0] if key_bytes is not None and len(kb) else 1, np.int32)
-    return kb[ids].astype(np.int32)
+    # gather from int32 key sizes: ``kb[ids]`` would hold an int64 per access first
+    return kb.astype(np.int32)[ids]
 
 
 def check_grid(grid: np.ndarray) -> np.ndarray:
@@ -203,10 +204,20 @@ def binned_hits(
 
 def window_sums(values: np.ndarray, offs: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Sum of per-access ``values`` per window of a bare stream, int64."""
-    cs = np.zeros(len(values) + 1, np.int64)
-    np.cumsum(values, out=cs[1:])
-    at = cs[offs[edges]]  # running total at each window's first access
-    return np.diff(at)
+    bounds = np.ascontiguousarray(np.asarray(offs, np.int64)[edges])
+    out = np.zeros(len(bounds) - 1, np.int64)
+    # compiled: a running cumulative sum would hold an int64 per access
+    _window_sums(np.ascontiguousarray(values), bounds, out)
+    return out
+
+
+@nb.njit(cache=True)
+def _window_sums(values, bounds, out):  # noqa: ANN001, ANN202
+    for w in range(bounds.shape[0] - 1):
+        t = 0
+        for j in range(bounds[w], bounds[w + 1]):
+            t += values[j]
+        out[w] = t
 
 
 def lru_hit_counts(ids: np.ndarray, n_ids: int | None = None) -> np.ndarray:
