@@ -63,6 +63,21 @@ def test_stream_sizes():
     assert got.dtype == np.int32 and got.tolist() == [6, 5, 6, 8]
 
 
+def test_window_sums_against_slices():
+    # per-window sums of a bare stream: requests group accesses, windows group requests
+    # (empty windows and empty requests included), int64 even for int32 values near 2^31
+    rng = np.random.default_rng(3)
+    per_req = rng.integers(0, 4, 40)
+    offs = np.concatenate([[0], np.cumsum(per_req)]).astype(np.int64)
+    vals = rng.integers(2**30, 2**31 - 1, int(offs[-1])).astype(np.int32)
+    edges = np.array([0, 0, 7, 7, 23, 40], np.int64)
+    got = stack.window_sums(vals, offs, edges)
+    want = [int(vals[offs[a] : offs[b]].astype(np.int64).sum())
+            for a, b in zip(edges[:-1], edges[1:], strict=True)]  # fmt: skip
+    assert got.dtype == np.int64 and got.tolist() == want
+    assert want[0] == want[2] == 0 and max(want) > 2**31
+
+
 def test_check_grid():
     g = stack.check_grid(np.array([0, 3, 3, 10], np.int32))
     assert g.dtype == np.int64 and g.tolist() == [0, 3, 3, 10]
