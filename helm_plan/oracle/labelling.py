@@ -102,6 +102,19 @@ def empty_row(w: int, ocfg: OracleConfig) -> dict[str, Any]:
     return row
 
 
+def longest_first(edges: np.ndarray, warmup_windows: int) -> list[int]:
+    """Window indices, most requests replayed (warm-up span included) first.
+
+    Workers take tasks in order, so the longest windows start first and the
+    pool's last tasks are short ones (longest-processing-time-first); each
+    window's label depends only on the window, and the rows are sorted after.
+    """
+    e = np.asarray(edges, np.int64)
+    n_w = len(e) - 1
+    cost = e[1:] - e[np.maximum(np.arange(n_w) - warmup_windows, 0)]
+    return sorted(range(n_w), key=lambda w: (-int(cost[w]), w))
+
+
 def label_windows(
     ctx: NodeContext,
     node_cfg: NodeConfig,
@@ -122,8 +135,9 @@ def label_windows(
         ws = np.zeros(n_w, np.float64)  # the whole past warms every window
     else:
         ex = executor or SerialExecutor()
-        rows = ex.map(window_task, list(range(n_w)), shared=(ctx, node_cfg, oracle_cfg, edges),
-                      progress=progress, label=lambda w: f"window {w}")  # fmt: skip
+        rows = ex.map(window_task, longest_first(edges, oracle_cfg.warmup_windows),
+                      shared=(ctx, node_cfg, oracle_cfg, edges), progress=progress,
+                      label=lambda w: f"window {w}")  # fmt: skip
         ws = np.array([max(w - oracle_cfg.warmup_windows, 0) for w in range(n_w)], np.float64)
     lab = pl.DataFrame(rows).sort("window")
     feats = window_features(ctx.arrays.ts_s, edges, node_cfg.window_s, ctx.first_visit, ctx.ctx_len)

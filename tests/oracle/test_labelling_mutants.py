@@ -199,9 +199,10 @@ def test_label_windows_in_window_mode(spans):
     # window 2 warms from window 1, which is empty: span start = request 3 = its own start
     assert t["p99_ms_r050"][2] == 10.0625
     assert t["p99_ms_r050"][3] == pytest.approx(10.0 + 0.25 + 0.01 * 4)
-    # the executor ran one task per window with the trace, configs and edges
+    # the executor ran one task per window with the trace, configs and edges, the most
+    # requests replayed first (window + warm-up: 3, 0 + 3, 4 + 0, 1 + 4; ties by window)
     (m,) = ex.maps
-    assert m["items"] == [0, 1, 2, 3] and m["label"](2) == "window 2"
+    assert m["items"] == [3, 2, 0, 1] and m["label"](2) == "window 2"
     assert m["shared"][0] is ctx and m["shared"][1] is ncfg and m["shared"][2] is ocfg
     assert m["shared"][3].tolist() == EDGES and m["progress"] is not None
     assert lab.window_s == 2.0 and lab.coarse_grid == (0.0, 0.5, 1.0)
@@ -265,3 +266,14 @@ def test_label_windows_time_columns_are_float_for_an_int_window(spans):
     for col, want in (("start_s", [0, 2, 4, 6]), ("end_s", [2, 4, 6, 8]),
                       ("warmup_start_s", [0, 0, 2, 4])):  # fmt: skip
         assert t[col].dtype == pl.Float64 and t[col].to_list() == want
+
+
+def test_window_tasks_run_longest_first():
+    from helm_plan.oracle.labelling import longest_first
+
+    # hand-worked: a window's cost is its requests plus its warm-up windows' requests
+    edges = np.array([0, 10, 12, 30, 31])
+    assert longest_first(edges, 1) == [2, 3, 1, 0]  # costs 10, 12, 20, 19
+    assert longest_first(edges, 0) == [2, 0, 1, 3]  # costs 10, 2, 18, 1
+    assert longest_first(edges, 5) == [3, 2, 1, 0]  # costs 10, 12, 30, 31
+    assert longest_first(np.array([0, 5, 10, 10]), 0) == [0, 1, 2]  # ties: lower window first

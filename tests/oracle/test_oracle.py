@@ -180,3 +180,16 @@ def test_config_errors():
         OracleConfig(coarse_step=0.125)
     with pytest.raises(InputFileError, match="not found"):
         read_labels("/nonexistent/labels.parquet")
+
+
+def test_window_mode_labels_do_not_depend_on_task_order(monkeypatch):
+    # window tasks run longest first (labelling.longest_first); any order gives the same table
+    from helm_plan.oracle import labelling
+
+    _, ctx = _ctx(1200)
+    ocfg = OracleConfig(grid_step=0.25, coarse_step=0.5, warmup="window")
+    first = label_windows(ctx, CFG, ocfg).table
+    n_w = first.height
+    assert labelling.longest_first(ctx.edges(1.0), 1) != list(range(n_w))  # the test orders differ
+    monkeypatch.setattr(labelling, "longest_first", lambda e, k: list(range(n_w))[::-1])
+    assert label_windows(ctx, CFG, ocfg).table.equals(first)
