@@ -10,9 +10,14 @@ of the driver) is its own, and prints one JSON line.
 2. **workers**: wall time of ``analyze --workers 2`` against ``--workers 1`` on
    the same trace, each in a fresh process with a fresh run directory
    (identical outputs are checked: labels and summary). Target: >= 1.6x.
-3. **peak memory** of each of those runs (the driver; a worker's own peak is not
-   measurable through ``RUSAGE_CHILDREN``: Linux carries ``ru_maxrss`` across the
-   ``spawn`` exec, so it repeats the driver's size when the worker started).
+3. **peak memory** of each of those runs: the driver's peak RSS, and the peak of
+   the proportional set size (PSS) summed over the driver, its workers and the
+   resource tracker, sampled from ``/proc/PID/smaps_rollup`` every 0.2 s (a
+   worker's own peak is not measurable through ``RUSAGE_CHILDREN``: Linux carries
+   ``ru_maxrss`` across the ``spawn`` exec; PSS counts a page the processes share,
+   such as the trace's shared-memory block, once in all; it also splits the
+   libraries' pages with any other process that maps them, so on a busy machine it
+   can read below the driver's RSS).
 4. **SHARDS 1%** peak memory of the curves pass against the exact pass on the
    same trace, each in a fresh process from loading the file to the curves, as
    ``helm-plan profile`` runs them: the exact pass on the full dense arrays
@@ -122,12 +127,44 @@ def child_curves(trace_path: str, sample_rate: float, load_only: bool = False) -
                       "loaded_mib": loaded, "rows": cv.table.height}))  # fmt: skip
 
 
+def _tree(root: int) -> list[int]:
+    """``root`` and every process below it."""
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                kids.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [root]
+    while todo:
+        out.append(todo.pop())
+        todo += kids.get(out[-1], [])
+    return out
+
+
+def _pss_kib(pid: int) -> int:
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    return 0
+
+
 def run_child(*args: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True,
-                         text=True, check=False)  # fmt: skip
-    if out.returncode:
-        raise SystemExit(f"child {args} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """Run a figure in a fresh process; adds ``pss_mib``, the process tree's peak PSS sum."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, __file__, "--child", *args], stdout=out,
+                                stderr=err, text=True)  # fmt: skip
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, sum(_pss_kib(q) for q in _tree(proc.pid)))
+            time.sleep(0.2)
+        out.seek(0), err.seek(0)
+        if proc.returncode:
+            raise SystemExit(f"child {args} failed:\n{err.read()[-3000:]}")
+        res = json.loads(out.read().strip().splitlines()[-1])
+    res["pss_mib"] = peak / 1024 if peak else float("nan")  # nan: no /proc (not Linux)
+    return res
 
 
 def analyze_figures(args: argparse.Namespace, d: Path, rows: list[tuple[str, ...]]) -> None:
@@ -142,8 +179,8 @@ def analyze_figures(args: argparse.Namespace, d: Path, rows: list[tuple[str, ...
         rows.append((f"replays per analyze, {one['requests']:,} requests", f"{one['replays']:.1f}",
                      f"by stage: {stages}", "", "(target <= 15; before: 74)"))  # fmt: skip
         rows.append((f"analyze --workers 1, {one['requests']:,} requests x {args.candidates} "
-                     "candidates", f"{one['wall_s']:.0f} s, peak {one['peak_mib']:,.0f} MiB",
-                     "", "", ""))  # fmt: skip
+                     "candidates", f"{one['wall_s']:.0f} s, peak {one['peak_mib']:,.0f} MiB "
+                     f"(all processes: {one['pss_mib']:,.0f} MiB PSS)", "", "", ""))  # fmt: skip
         if not args.skip_workers:
             two = run_child("analyze", str(tp), "2", cap, f"{tmp}/w2")
             print(f"workers 2: {json.dumps({k: v for k, v in two.items() if k != 'summary'})}",
@@ -153,7 +190,8 @@ def analyze_figures(args: argparse.Namespace, d: Path, rows: list[tuple[str, ...
                 and Path(one["labels"]).read_bytes() == Path(two["labels"]).read_bytes()
             )
             rows.append((f"analyze --workers 2, {two['requests']:,} requests",
-                         f"{two['wall_s']:.0f} s, driver peak {two['peak_mib']:,.0f} MiB",
+                         f"{two['wall_s']:.0f} s, driver peak {two['peak_mib']:,.0f} MiB, all "
+                         f"processes {two['pss_mib']:,.0f} MiB PSS",
                          f"--workers 1: {one['wall_s']:.0f} s",
                          f"{one['wall_s'] / two['wall_s']:.2f}x; outputs identical: {same}",
                          "(target >= 1.6x)"))  # fmt: skip

@@ -70,6 +70,7 @@ CASES = {
         (
             "| replays per analyze, ",
             "outputs identical: True",
+            "MiB PSS",  # the process tree's memory, sampled beside the driver's peak
             "| curves pass, SHARDS 1%, bench_analyze_mixed_3000_64.parquet |",
         ),
     ),
