@@ -221,8 +221,9 @@ def validate(
         if k == "all":
             lat = pol.latency_s
     run = runs["all"]
-    meas = run.window_idx >= run.measured_from_window
-    ci = adaptivity_ci(static.sojourn_s[meas], run.sojourn_s[meas], run.window_idx[meas], seed=0)
+    widx = run.window_idx  # derived on each access: once here
+    meas = widx >= run.measured_from_window
+    ci = adaptivity_ci(static.sojourn_s[meas], run.sojourn_s[meas], widx[meas], seed=0)
     flat = lab.table["flatness"].to_numpy()
     w_ok = np.arange(len(r_star)) >= run.measured_from_window
     narrow = w_ok & np.isfinite(r_star) & (flat < NARROW_BAND)

@@ -75,8 +75,9 @@ class NodeResult:
 
     @property
     def window_idx(self) -> np.ndarray:
-        """Window of each request, int64: derived from ``windows``, so a stored result (one
-        per static split and policy in ``analyze``) holds 8 bytes less per request."""
+        """Window of each request, int64: derived from ``windows`` on each access (keep it in
+        a local), so a stored result (one per static split and policy in ``analyze``) holds
+        8 bytes less per request."""
         counts = self.windows["requests"].to_numpy()
         return np.repeat(np.arange(len(counts), dtype=np.int64), counts)
 
