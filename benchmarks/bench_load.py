@@ -1,8 +1,8 @@
 """Loading a trace into the simulators' dense arrays, against just reading the file.
 
 ``load_context`` streams the parquet file twice in batches (validate and collect,
-then map ids into the int32 token stream) and lays histories out per user with a
-compiled counting sort (``helm_plan/_densify.py``). The peer is
+then map ids to int32 and scatter them straight into the per-user histories, a
+counting sort by user; ``helm_plan/_densify.py``). The peer is
 ``pyarrow.parquet.read_table`` of the same file: reading it into memory and doing
 nothing else. Each side runs in a fresh process; memory is its ``VmHWM``.
 
@@ -39,7 +39,7 @@ def child(path: str, what: str) -> None:
     t0 = time.perf_counter()
     if what == "load":
         ctx = load_context(path, pool_fraction=0.25)
-        tokens = len(ctx.arrays.tok_stream)
+        tokens = len(ctx.arrays.hist_values)
     else:
         t = pq.read_table(path)
         tokens = sum(len(c.values) for c in t.column("new_items").chunks)

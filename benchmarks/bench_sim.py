@@ -114,12 +114,14 @@ def peer_eval(listed, model, pool_bytes: int, coeffs: dict, r: float) -> tuple[l
     return misses, soj
 
 
-def drawn_candidates(a, n: int) -> list[list[int]]:
+def drawn_candidates(table, a, n: int) -> list[list[int]]:
     """Raw ids of the implicit candidates of requests 0..n-1, by the brute node's draw.
 
     Not the kernel's draw, so the peer's trace does not lean on the code it measures.
     """
-    stream, tok_off, w = a.tok_stream.tolist(), a.tok_off.tolist(), a.candidate_window_tokens
+    rows = table.column("new_items").slice(0, n).to_pylist()  # the stream up to request n
+    stream = np.searchsorted(a.item_ids, [v for row in rows for v in row])
+    stream, tok_off, w = stream.tolist(), a.tok_off.tolist(), a.candidate_window_tokens
     out = []
     for i in range(n):
         drawn = (draw_candidate(a.candidate_seed, i, k, stream, tok_off, w)
@@ -131,7 +133,7 @@ def drawn_candidates(a, n: int) -> list[list[int]]:
 def listed_prefix(table, a, n: int):
     """The first n requests with their drawn candidates listed (the brute node's input)."""
     head = table.slice(0, n)
-    drawn = drawn_candidates(a, n)
+    drawn = drawn_candidates(table, a, n)
     count = pa.array([len(c) for c in drawn], pa.int32())
     head = head.set_column(head.schema.get_field_index("n_candidates"), "n_candidates", count)
     return head.append_column("candidates", pa.array(drawn, pa.list_(pa.int64())))

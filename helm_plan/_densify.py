@@ -2,11 +2,14 @@
 
 The trace's history tokens dominate its size (about 100 per request in a GR
 trace), so the build never holds a per-token temporary wider than the int32
-outputs: pass 1 reads the per-request columns and the set of item ids, pass 2
-maps each batch's tokens straight into the preallocated ``tok_stream`` (and
-``cand_values``), and a compiled counting sort lays the histories out per user.
-Sorting 100M int64 tokens instead (``np.unique(return_inverse)`` and a stable
-argsort by user) peaked at about 60 bytes per token and took minutes.
+outputs: pass 1 reads the per-request columns (which lay out every user's
+history) and the set of item ids, and pass 2 maps each batch's tokens and
+scatters them straight to their places in the preallocated ``hist_values``
+(and ``cand_values``). Sorting 100M int64 tokens instead (``np.unique(return_inverse)``
+and a stable argsort by user) peaked at about 60 bytes per token and took
+minutes; a request-order copy of the tokens, once kept for the implicit
+candidate draws, cost 4 bytes per token more: a replay keeps just the recent
+part, read from the histories (:func:`helm_plan.cache._kernels.ring_fill`).
 
 Dense ids are the ranks of the sorted distinct ids, exactly as ``np.unique``
 numbers them, and the per-user layout is stable in request order, so the
@@ -57,31 +60,36 @@ def densify(
     release_memory()  # pass 1's batches, before the token arrays are allocated
     tok_off = f["tok_off"]
     to_dense = DenseMap(f["item_ids"])
-    tok_stream = np.empty(int(tok_off[-1]), np.int32)
+    hist_values = np.empty(int(tok_off[-1]), np.int32)
     cand_offsets = f["cand_offsets"]
     cand_values = np.empty(int(cand_offsets[-1]), np.int32)
-    t = c = 0
+    r = c = 0
     for b in (id_batches or batches)():
-        flat = pc.list_flatten(one_chunk(b.column("new_items")))
-        tok_stream[t : t + len(flat)] = to_dense(flat)
-        t += len(flat)
+        col = one_chunk(b.column("new_items"))
+        flat = pc.list_flatten(col)
+        # pass 1's counts place every token: a source that reads back otherwise (a file
+        # rewritten mid-load) must not scatter into the wrong histories
+        if r + len(col) > len(tok_off) - 1 or not np.array_equal(
+            _np(pc.list_value_length(col)), np.diff(tok_off[r : r + len(col) + 1])
+        ):
+            raise RuntimeError("the trace changed between the two passes of the dense build")
+        _place(f["user"], f["hist_end"], tok_off, f["user_hist_offsets"], r, len(col),
+               to_dense(flat), hist_values)  # fmt: skip
+        r += len(col)
         if has_candidates:
             flat = pc.list_flatten(one_chunk(b.column("candidates")))
             cand_values[c : c + len(flat)] = to_dense(flat)
             c += len(flat)
-    if t != len(tok_stream) or c != len(cand_values):
+    if r != len(tok_off) - 1 or c != len(cand_values):
         raise RuntimeError("the trace changed between the two passes of the dense build")
-
-    release_memory()
-    hist_values = np.empty(len(tok_stream), np.int32)
-    _histories(f["user"], tok_off, tok_stream, f["user_hist_offsets"], hist_values)
-    return {**f, "hist_values": hist_values, "tok_stream": tok_stream, "cand_values": cand_values}
+    release_memory()  # pass 2's batches: what the caller allocates next would build on them
+    return {**f, "hist_values": hist_values, "cand_values": cand_values}
 
 
 def request_columns(batches: Batches, *, has_candidates: bool, has_latency: bool) -> dict[str, Any]:
     """Pass 1 of :func:`densify`: every field but the token arrays, in one pass.
 
-    ``hist_values``, ``tok_stream`` and ``cand_values`` are left out (their
+    ``hist_values`` and ``cand_values`` are left out (their
     offsets are here); ``hist_end`` is the user's running token count. Peak
     memory is the per-request columns and the distinct item ids.
     """
@@ -280,17 +288,16 @@ def _running_tokens(user: np.ndarray, n_new: np.ndarray, n_users: int):  # noqa:
 
 
 @nb.njit(cache=True)
-def _histories(user, tok_off, tok_stream, user_hist_offsets, hist_values):  # noqa: ANN001
-    # A counting sort by user, stable in request order: each request's tokens go after
-    # its user's earlier ones.
-    cursor = user_hist_offsets[:-1].copy()
-    for i in range(len(user)):
-        u = user[i]
+def _place(user, hist_end, tok_off, user_hist_offsets, r0, rows, tokens, hist_values):  # noqa: ANN001
+    # Requests r0.. of one batch: request i's new tokens are the last ones of its user's
+    # history after it, so they land at the user's offset + hist_end[i] - n_new[i]
+    # (a counting sort by user, stable in request order, done batch by batch).
+    t0 = tok_off[r0]
+    for i in range(r0, r0 + rows):
         a, b = tok_off[i], tok_off[i + 1]
-        c = cursor[u]
+        dst = user_hist_offsets[user[i]] + hist_end[i] - (b - a)
         for k in range(a, b):
-            hist_values[c + k - a] = tok_stream[k]
-        cursor[u] = c + b - a
+            hist_values[dst + k - a] = tokens[k - t0]
 
 
 def one_chunk(col: pa.Array | pa.ChunkedArray) -> pa.Array:

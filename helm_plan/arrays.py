@@ -4,9 +4,12 @@ Users and items are remapped to dense ids ``0..n-1`` so compiled loops index
 flat arrays. Each user's history is laid out contiguously (``hist_values``
 from ``user_hist_offsets[u]``) so a request's last ``n`` history tokens are a
 slice, and ``hist_end[i]`` is the user's full history length after request i.
-The same tokens in request order (``tok_stream``, request ``i``'s from
-``tok_off[i]``) are the global interaction stream implicit candidates are
-drawn from (:func:`helm_plan.cache._kernels.draw_candidate`).
+The same tokens in request order (request ``i``'s from ``tok_off[i]``) are the
+global interaction stream implicit candidates are drawn from
+(:func:`helm_plan.cache._kernels.draw_candidate`). That stream is not stored,
+since a second copy of every token would be the largest array of all: a
+replay keeps its last ``candidate_window_tokens`` in a ring filled from the
+histories (:func:`helm_plan.cache._kernels.ring_fill`).
 """
 
 from __future__ import annotations
@@ -41,9 +44,7 @@ class TraceArrays:
     hist_values: np.ndarray
     """Dense item ids of every user's history, contiguous per user, int32."""
     tok_off: np.ndarray
-    """Start of each request's new items in ``tok_stream`` (n + 1), int64."""
-    tok_stream: np.ndarray
-    """Dense item ids of every request's new items, in request order, int32."""
+    """Start of each request's new items in the request-order token stream (n + 1), int64."""
     n_cand: np.ndarray
     """Candidates scored per request, int64."""
     explicit_candidates: bool
@@ -74,7 +75,7 @@ class TraceArrays:
     @property
     def holds_tokens(self) -> bool:
         """False for a columns-only load (:mod:`helm_plan.cache.sampled`): nothing to replay."""
-        toks = len(self.tok_stream) == int(self.tok_off[-1]) == len(self.hist_values)
+        toks = int(self.tok_off[-1]) == len(self.hist_values)
         return toks and len(self.cand_values) == int(self.cand_offsets[-1])
 
     def history_len(self, max_seq_len: int) -> np.ndarray:

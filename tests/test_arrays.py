@@ -7,6 +7,7 @@ import pytest
 from conftest import small_table
 
 from helm_plan import arrays as A
+from helm_plan.cache import _kernels as K
 from helm_plan.errors import ConfigError
 
 
@@ -28,7 +29,7 @@ def test_history_layout_matches_python():
 
 
 def test_implicit_candidates_are_counted_not_materialised():
-    """Without a candidates column the arrays keep the counts, the seed and the token stream;
+    """Without a candidates column the arrays keep the counts, the seed and the token offsets;
     the replay kernel draws the ids from the past (tests/cache/test_core.py checks the draws)."""
     t = small_table(300, with_candidates=False, seed=4)
     a = A.from_table(t, seed=7, candidate_window_tokens=50)
@@ -36,7 +37,9 @@ def test_implicit_candidates_are_counted_not_materialised():
     np.testing.assert_array_equal(a.n_cand, t.column("n_candidates").to_numpy())
     assert a.candidate_seed == 7 and a.candidate_window_tokens == 50
     stream = np.concatenate([np.asarray(x, np.int64) for x in t.column("new_items").to_pylist()])
-    np.testing.assert_array_equal(a.item_ids[a.tok_stream], stream)
+    got = [K.stream_token(p, a.n_requests - 1, a.tok_off, a.user, a.hist_end,
+                          a.user_hist_offsets, a.hist_values) for p in range(len(stream))]  # fmt: skip
+    np.testing.assert_array_equal(a.item_ids[got], stream)
     lens = [len(x) for x in t.column("new_items").to_pylist()]
     np.testing.assert_array_equal(np.diff(a.tok_off), lens)
 
@@ -69,3 +72,50 @@ def test_window_count_is_bounded_by_requests_not_span():
     assert len(A.window_edges(ts, 1e3)) - 1 == 1_000_001 <= A.max_windows(2)  # the hint works
     with pytest.raises(ConfigError):
         A.window_edges(np.array([0.0, 1.0]), 1e-7)
+
+
+def random_histories(seed: int, n: int = 400, n_users: int = 7):
+    """A request-order token stream built by hand, and its per-user layout (as the arrays)."""
+    rng = np.random.default_rng(seed)
+    user = rng.integers(0, n_users, n).astype(np.int32)
+    n_new = np.where(rng.random(n) < 0.4, 0, rng.integers(1, 6, n))
+    stream = rng.integers(0, 1000, int(n_new.sum())).astype(np.int32)
+    tok_off = np.concatenate([[0], np.cumsum(n_new)]).astype(np.int64)
+    per_user: list[list[int]] = [[] for _ in range(n_users)]
+    hist_end = np.empty(n, np.int64)
+    for i in range(n):
+        per_user[user[i]].extend(stream[tok_off[i] : tok_off[i + 1]].tolist())
+        hist_end[i] = len(per_user[user[i]])
+    uoff = np.concatenate([[0], np.cumsum([len(h) for h in per_user])]).astype(np.int64)
+    hist = np.array([t for h in per_user for t in h], np.int32)
+    return stream, (tok_off, user, hist_end, uoff, hist)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_stream_token_reads_the_request_order_stream_from_the_histories(seed):
+    """Every position before each request, read back through the per-user layout, equals the
+    request-order stream built by hand; many requests add nothing (flat ``tok_off`` runs),
+    and reads reach far behind the request (the galloping search's long jumps)."""
+    stream, (tok_off, user, hist_end, uoff, hist) = random_histories(seed)
+    for i in range(len(user)):
+        got = [K.stream_token(p, i, tok_off, user, hist_end, uoff, hist)
+               for p in range(int(tok_off[i + 1]))]  # fmt: skip
+        assert got == stream[: tok_off[i + 1]].tolist(), i
+
+
+@pytest.mark.parametrize("window", [1, 13, 64, 100, 5000])
+def test_the_token_ring_holds_every_position_a_draw_can_reach(window):
+    """Requests in order, skips ahead, and jumps back (a new replay span): after ``ring_fill``
+    every position of the last ``window`` tokens up to the request is in its slot, with the
+    ring shorter than the stream (it wraps) and longer (``window`` above the token count)."""
+    stream, (tok_off, user, hist_end, uoff, hist) = random_histories(9)
+    ring, top = K.new_ring(window, int(tok_off[-1]))
+    assert len(ring) >= min(window, len(stream)) and len(ring) & (len(ring) - 1) == 0
+    order = [*range(0, 150), *range(260, 300), *range(40, 90), 399, 7, *range(8, 400, 3)]
+    for i in order:
+        K.ring_fill(i, ring, top, tok_off, user, hist_end, uoff, hist)
+        hi = int(tok_off[i + 1])
+        want = stream[max(0, hi - window) : hi]
+        got = [ring[p & (len(ring) - 1)] for p in range(max(0, hi - window), hi)]
+        assert got == want.tolist(), i
+        assert top[0] == hi

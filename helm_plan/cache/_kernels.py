@@ -56,13 +56,100 @@ def draw_position(seed, i, k, tok_off, window):
     return hi - 1 - np.int64(pick)
 
 
+def new_ring(window: int, n_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """The token ring a replay draws implicit candidates from, and its fill mark.
+
+    Its length is a power of two no shorter than ``min(window, n_tokens)``, so
+    it holds every position a draw can reach (4 bytes a slot: 512 KiB at the
+    default 100k-token window). The mark ``[0]`` is the stream position it is filled
+    up to (exclusive); 0 with nothing filled. One ring per replay in flight:
+    threads must not share one.
+    """
+    need = max(1, min(int(window), int(n_tokens)))
+    return np.zeros(1 << (need - 1).bit_length(), np.int32), np.zeros(1, np.int64)
+
+
 @nb.njit(cache=True, inline="always")
-def draw_candidate(seed, i, k, tok_off, tok_stream, window):
-    """Dense item id of implicit candidate ``k`` of request ``i``; -1 before any token."""
+def _request_at(p, i, tok_off):
+    """The request ``j <= i`` whose new tokens hold stream position ``p < tok_off[i + 1]``.
+
+    Galloping back from ``i`` (positions sought lie close behind it), then bisecting
+    for the last request starting at or before ``p``; requests that add nothing
+    (flat runs of ``tok_off``) are skipped by that rule.
+    """
+    hi = i + 1  # tok_off[hi] > p throughout
+    lo = i
+    step = 1
+    while tok_off[lo] > p:  # ends: tok_off[0] == 0 <= p
+        hi = lo
+        lo = i - step if i > step else 0
+        step *= 2
+    while hi - lo > 1:
+        m = (lo + hi) >> 1
+        if tok_off[m] <= p:
+            lo = m
+        else:
+            hi = m
+    return lo
+
+
+@nb.njit(cache=True, inline="always")
+def _hist_pos(p, j, tok_off, user, hist_end, uoff):
+    # request j's new tokens are the last ones of its user's history after it
+    return uoff[user[j]] + hist_end[j] - tok_off[j + 1] + p
+
+
+@nb.njit(cache=True)
+def stream_token(p, i, tok_off, user, hist_end, uoff, hist):
+    """Dense item id at position ``p < tok_off[i + 1]`` of the request-order token stream.
+
+    The stream is not stored (it would hold every history token a second time);
+    its tokens are read from the per-user histories. Replays keep the recent part
+    in a ring (:func:`ring_fill`); this reads one position directly.
+    """
+    j = _request_at(p, i, tok_off)
+    return np.int64(hist[_hist_pos(p, j, tok_off, user, hist_end, uoff)])
+
+
+@nb.njit(cache=True)
+def ring_fill(i, tok_ring, tok_top, tok_off, user, hist_end, uoff, hist):
+    """Bring ``tok_ring`` up to the stream as of request ``i`` (its own new tokens included).
+
+    In a replay's request order this copies request ``i``'s new tokens (a slice of
+    its user's history); at a span's first request, or after a jump, it copies the
+    last ``len(tok_ring)`` positions request by request. Slot ``p & (len - 1)`` then
+    holds position ``p`` for every ``p`` a draw of request ``i`` can reach.
+    """
+    hi = tok_off[i + 1]
+    t = tok_top[0]
+    if t == hi:
+        return
+    size = tok_ring.shape[0]
+    lo = hi - size if hi > size else 0
+    if t > hi or t < lo:  # a new span or a jump: the ring's contents are not the stream's
+        t = lo
+    j = _request_at(t, i, tok_off)
+    mask = size - 1
+    while t < hi:
+        end = tok_off[j + 1]
+        src = _hist_pos(t, j, tok_off, user, hist_end, uoff)
+        for q in range(end - t):
+            tok_ring[(t + q) & mask] = hist[src + q]
+        t = end
+        j += 1
+    tok_top[0] = hi
+
+
+@nb.njit(cache=True, inline="always")
+def draw_candidate(seed, i, k, tok_off, tok_ring, window):
+    """Dense item id of implicit candidate ``k`` of request ``i``; -1 before any token.
+
+    ``tok_ring`` must be filled as of request ``i`` (:func:`ring_fill`).
+    """
     p = draw_position(seed, i, k, tok_off, window)
     if p < 0:
         return np.int64(-1)
-    return np.int64(tok_stream[p])
+    return np.int64(tok_ring[p & (tok_ring.shape[0] - 1)])
 
 
 @nb.njit(cache=True, inline="always")
@@ -251,7 +338,7 @@ def stream_head(i, w, edges, user, hist_end, tok_off, ncand, explicit, max_seq_l
 
 @nb.njit(cache=True)
 def serve_request(
-    i, user, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit,
+    i, user, hist_end, uoff, hist, tok_off, tok_ring, tok_top, coff, cvals, ncand, explicit,
     seed, window, max_seq_len, chunk, item_keys, hist_tab, cand_tab, key_bytes, table_bytes,
     e_last, e_qi, k_prev, k_next, k_len, k_start, k_meta,
     qh, qtl, used, cap, clk, counts, direct,
@@ -270,6 +357,8 @@ def serve_request(
                                k_prev, k_next, k_len, k_start, k_meta)  # fmt: skip
     n = L - c
     m_c = ncand[i]
+    if not explicit and m_c > 0:
+        ring_fill(i, tok_ring, tok_top, tok_off, user, hist_end, uoff, hist)
     base = uoff[u] + full
     look_b = 0
     miss_b = 0
@@ -281,7 +370,7 @@ def serve_request(
         elif explicit:
             item = cvals[coff[i] + x - n]
         else:
-            item = draw_candidate(seed, i, x - n, tok_off, tok_stream, window)
+            item = draw_candidate(seed, i, x - n, tok_off, tok_ring, window)
             if item < 0:
                 continue
         for t in range(n_tab):
@@ -326,7 +415,7 @@ def land_prefetch(t, pf, pf_keys, pf_t, key_bytes, e_last, e_qi, qh, qtl, used, 
 
 @nb.njit(cache=True, nogil=True)
 def replay(
-    ts, user, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit,
+    ts, user, hist_end, uoff, hist, tok_off, tok_ring, tok_top, coff, cvals, ncand, explicit,
     seed, window, start, stop, max_seq_len, chunk,
     item_keys, hist_tab, cand_tab, key_bytes, table_bytes,
     e_last, e_qi, e_meta, k_prev, k_next, k_len, k_start, k_meta,
@@ -341,7 +430,7 @@ def replay(
         )
         pf_done += d
         qh, qtl, used, clk, n, c, L, m_c, look_b, miss_b, miss = serve_request(
-            i, user, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit,
+            i, user, hist_end, uoff, hist, tok_off, tok_ring, tok_top, coff, cvals, ncand, explicit,
             seed, window, max_seq_len, chunk, item_keys, hist_tab, cand_tab, key_bytes,
             table_bytes, e_last, e_qi, k_prev, k_next, k_len, k_start, k_meta,
             qh, qtl, used, cap, clk, counts, direct,
@@ -376,7 +465,7 @@ def count_stream(n_computed, ncand, tok_off, explicit, start, item_keys, hist_ta
 
 @nb.njit(cache=True)
 def fill_stream(
-    user, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit,
+    user, hist_end, uoff, hist, tok_off, tok_ring, tok_top, coff, cvals, ncand, explicit,
     seed, window, start, n_computed, item_keys, hist_tab, cand_tab, offs, ids,
 ):  # fmt: skip
     """The EMB key stream of requests ``start..``: history tokens, then candidates, table by table."""
@@ -386,13 +475,15 @@ def fill_stream(
         base = uoff[user[i]] + hist_end[i]
         n = n_computed[j]
         w = offs[j]
+        if not explicit and ncand[i] > 0:
+            ring_fill(i, tok_ring, tok_top, tok_off, user, hist_end, uoff, hist)
         for x in range(n + ncand[i]):
             if x < n:
                 item = hist[base - n + x]
             elif explicit:
                 item = cvals[coff[i] + x - n]
             else:
-                item = draw_candidate(seed, i, x - n, tok_off, tok_stream, window)
+                item = draw_candidate(seed, i, x - n, tok_off, tok_ring, window)
                 if item < 0:
                     continue
             for t in range(n_tab):

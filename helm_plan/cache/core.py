@@ -269,6 +269,15 @@ def require_tokens(wl: Workload) -> None:
         )
 
 
+def token_ring(a: TraceArrays) -> tuple[np.ndarray, np.ndarray]:
+    """A fresh ring of recent tokens for one replay's implicit draws (:func:`K.new_ring`).
+
+    One slot when the trace lists its candidates (nothing is drawn).
+    """
+    window = 0 if a.explicit_candidates else a.candidate_window_tokens
+    return K.new_ring(window, int(a.tok_off[-1]))
+
+
 def replay(
     wl: Workload,
     state: CacheState,
@@ -314,7 +323,7 @@ def replay(
         REPLAYED["requests"] += stop - start
     k = wl.keys
     pf_done = K.replay(
-        a.ts_s, a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off, a.tok_stream,
+        a.ts_s, a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off, *token_ring(a),
         a.cand_offsets, a.cand_values, a.n_cand, a.explicit_candidates,
         a.candidate_seed, a.candidate_window_tokens, start, stop,
         wl.max_seq_len, wl.kv_slide_chunk, k.item_keys, k.hist_tables, k.cand_tables, k.key_bytes,
@@ -362,7 +371,7 @@ def lookup_stream(
     np.cumsum(per, out=offs[1:])
     ids = np.empty(int(offs[-1]), np.int32)
     K.fill_stream(
-        a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off, a.tok_stream,
+        a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off, *token_ring(a),
         a.cand_offsets, a.cand_values, a.n_cand, a.explicit_candidates,
         a.candidate_seed, a.candidate_window_tokens, start, n_computed,
         k.item_keys, k.hist_tables, k.cand_tables, offs, ids,

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 from helm_plan import io
 from helm_plan.cache import _kernels as K
-from helm_plan.cache.core import CacheState, Workload, capacities, require_tokens
+from helm_plan.cache.core import CacheState, Workload, capacities, require_tokens, token_ring
 from helm_plan.cache.keys import table_rows
 from helm_plan.cache.sampled import SampledWorkload, check_pass, generate
 from helm_plan.cache.shards import SHARDS_MODULUS, ShardsPass, key_hash, seed_mix, threshold
@@ -148,6 +148,7 @@ def emb_hits(
     bound = request_bound(wl)
     size = chunk_keys or (CHUNK_KEYS_SAMPLED if thr < SHARDS_MODULUS else CHUNK_KEYS)
     ids = np.empty(max(size, bound, 1), np.int32)
+    tok_ring = token_ring(a)  # the chunks run in order: the ring carries across them
     sizes = np.empty(len(ids), np.int32)  # bytes beside each key: passes read them in order
     offs = np.zeros(CHUNK_REQUESTS + 1, np.int64)
     look_n = np.zeros((n_win, n_tab), np.int64)
@@ -159,7 +160,7 @@ def emb_hits(
 
         def step() -> tuple[int, int, int]:
             return _generate(
-                a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off, a.tok_stream,
+                a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off, *tok_ring,
                 a.cand_offsets, a.cand_values, a.n_cand, a.explicit_candidates,
                 a.candidate_seed, a.candidate_window_tokens, wl.max_seq_len, wl.kv_slide_chunk,
                 keys.item_keys, keys.hist_tables, keys.cand_tables, tab_bytes, *kv_args,
@@ -355,7 +356,7 @@ def _fill_columns(r0, offs, ids, key_table, key_row, req, tab, row):
 
 @nb.njit(cache=True, nogil=True)
 def _generate(
-    user, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit, seed, window,
+    user, hist_end, uoff, hist, tok_off, tok_ring, tok_top, coff, cvals, ncand, explicit, seed, window,
     max_seq_len, chunk, item_keys, hist_tab, cand_tab, tab_bytes,
     k_prev, k_next, k_len, k_start, k_meta,
     thr, mix, seen, edges, state, bound, ids, sizes, offs, look_n, cold_b,
@@ -380,6 +381,8 @@ def _generate(
             i, w, edges, user, hist_end, tok_off, ncand, explicit, max_seq_len, chunk,
             hist_tab, cand_tab, k_prev, k_next, k_len, k_start, k_meta, look_n,
         )  # fmt: skip
+        if not explicit and m_c > 0:
+            K.ring_fill(i, tok_ring, tok_top, tok_off, user, hist_end, uoff, hist)
         base = uoff[u] + full
         for x in range(n + m_c):
             if x < n:
@@ -387,7 +390,7 @@ def _generate(
             elif explicit:
                 item = cvals[coff[i] + x - n]
             else:
-                item = K.draw_candidate(seed, i, x - n, tok_off, tok_stream, window)
+                item = K.draw_candidate(seed, i, x - n, tok_off, tok_ring, window)
             for t in range(n_tab):
                 if (hist_tab[t] if x < n else cand_tab[t]) == 0:
                     continue

@@ -146,7 +146,7 @@ def load(
     release_memory()  # pass 1's batches: pass 2's peak would build on them
     empty = np.zeros(0, np.int32)
     arrays = A.TraceArrays(
-        **f, hist_values=empty, tok_stream=empty, cand_values=empty,
+        **f, hist_values=empty, cand_values=empty,
         candidate_seed=int(candidate_seed), candidate_window_tokens=int(candidate_window_tokens),
     )  # fmt: skip
     wl = Workload.of(arrays, model)

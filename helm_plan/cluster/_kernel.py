@@ -178,7 +178,7 @@ def complete(n, t, out, load, bs, sl_head, sl_tail, next_done, nxt, bnx, finish,
 @nb.njit(cache=True)
 def run_window(
     s, e,
-    ts, user, user_ids, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit,
+    ts, user, user_ids, hist_end, uoff, hist, tok_off, tok_ring, tok_top, coff, cvals, ncand, explicit,
     seed, window, max_seq_len, chunk, item_keys, hist_tab, cand_tab, key_bytes, table_bytes,
     direct, tok_b, cand_b,
     e_last, e_qi, e_meta, k_prev, k_next, k_len, k_start, k_meta, counts,
@@ -222,7 +222,7 @@ def run_window(
             m_look = M if (explicit or tok_off[i + 1] > 0) else 0
             tot_h, tot_c = emb_locality(
                 i, u, L, M, np.int64(rp[0]), np.int64(rp[1]), hist_end, uoff, hist, tok_off,
-                tok_stream, coff, cvals, explicit, seed, window, item_keys, hist_tab, cand_tab,
+                user, tok_ring, tok_top, coff, cvals, explicit, seed, window, item_keys, hist_tab, cand_tab,
                 key_bytes, direct, e_last, res_h, res_c,
             )  # fmt: skip
             n, miss_est = helm(load, k_len, k_start, u, s0, L, M, m_look, tok_b, cand_b,
@@ -238,7 +238,7 @@ def run_window(
                                                   used, cap, clk)  # fmt: skip
         pf_pos[n] = pf
         qh, qtl, used, clk, nc, cr, lr, mc, lb, mb, ms = serve_request(
-            i, user, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, ncand, explicit,
+            i, user, hist_end, uoff, hist, tok_off, tok_ring, tok_top, coff, cvals, ncand, explicit,
             seed, window, max_seq_len, chunk, item_keys, hist_tab, cand_tab, key_bytes,
             table_bytes, el, e_qi[n], k_prev[:, n], k_next[:, n], k_len[:, n], k_start[:, n],
             k_meta[n], qh, qtl, used, cap, clk, counts[n], direct,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from helm_plan.cache._kernels import draw_candidate
+from helm_plan.cache._kernels import draw_candidate, ring_fill
 from helm_plan.latency.kernel import attention_pairs, batch_time_s
 
 ROUND_ROBIN, RANDOM, JSQ, P2C, AFFINITY, KV_OVERLAP, HELM = range(7)
@@ -158,7 +158,7 @@ def kv_overlap(load, k_len, k_start, u, s0, L, M, n_nodes, weight, bs, seed, i):
 
 @nb.njit(cache=True)
 def emb_locality(
-    i, u, L, M, s_h, s_c, hist_end, uoff, hist, tok_off, tok_stream, coff, cvals, explicit,
+    i, u, L, M, s_h, s_c, hist_end, uoff, hist, tok_off, user, tok_ring, tok_top, coff, cvals, explicit,
     seed, window, item_keys, hist_tab, cand_tab, key_bytes, direct, e_last, res_h, res_c,
 ):  # fmt: skip
     """Sampled EMB residency per node, byte-weighted: of the newest ``s_h`` history tokens (into
@@ -171,13 +171,15 @@ def emb_locality(
     base = uoff[u] + hist_end[i]
     nh = s_h if s_h < L else L
     nc = s_c if s_c < M else M
+    if not explicit and nc > 0:
+        ring_fill(i, tok_ring, tok_top, tok_off, user, hist_end, uoff, hist)
     for x in range(nh + nc):
         if x < nh:
             item = hist[base - 1 - x]
         elif explicit:
             item = cvals[coff[i] + x - nh]
         else:
-            item = draw_candidate(seed, i, x - nh, tok_off, tok_stream, window)
+            item = draw_candidate(seed, i, x - nh, tok_off, tok_ring, window)
             if item < 0:
                 break
         for t in range(item_keys.shape[1]):

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from helm_plan.cache import _kernels as K
-from helm_plan.cache.core import ReplayResult
+from helm_plan.cache.core import ReplayResult, token_ring
 from helm_plan.cluster import _kernel
 from helm_plan.cluster.config import ClusterConfig
 from helm_plan.cluster.result import ClusterResult, build_result
@@ -90,6 +90,7 @@ def simulate_cluster(
     feats: list[dict[str, float]] = [{} for _ in range(n_nodes)]
     rates: list[list[float]] = [[] for _ in range(n_nodes)]
     ts = a.ts_s
+    tok_ring = token_ring(a)  # the windows run in order: the ring carries across them
     for w in range(n_w):
         s, e = int(edges[w]), int(edges[w + 1])
         tb = w * ncfg.window_s
@@ -112,7 +113,7 @@ def simulate_cluster(
         share = np.stack([run.h2d_share(ts[s:e]) for run in runners])
         _kernel.run_window(
             s, e, ts, a.user, a.user_ids, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off,
-            a.tok_stream, a.cand_offsets, a.cand_values, a.n_cand, a.explicit_candidates,
+            *tok_ring, a.cand_offsets, a.cand_values, a.n_cand, a.explicit_candidates,
             a.candidate_seed, a.candidate_window_tokens, wl.max_seq_len, wl.kv_slide_chunk,
             keys.item_keys, keys.hist_tables, keys.cand_tables, keys.key_bytes, keys.table_bytes,
             wl.direct_bytes,

@@ -185,9 +185,11 @@ def test_resize_and_prefetch_schedule_matches_brute_force(seed, caps, chunk):
         assert a.user_ids[state.kv_lru_order()].tolist() == list(reversed(ref.kv))
 
 
-def test_split_replay_equals_whole_and_copy_is_independent():
+@pytest.mark.parametrize("with_candidates", [True, False])
+def test_split_replay_equals_whole_and_copy_is_independent(with_candidates):
     m = model(MULTI, chunk=4)
-    a = A.from_table(small_table(600, n_users=30, n_items=200))
+    t = small_table(600, n_users=30, n_items=200, with_candidates=with_candidates)
+    a = A.from_table(t, candidate_window_tokens=70)  # drawn: a span starts with a fresh ring
     wl = core.Workload.of(a, m)
     whole = core.CacheState.empty(wl.keys.key_bytes, a.n_users, 300, 150)
     rw = core.replay(wl, whole)
@@ -271,7 +273,8 @@ def test_implicit_candidates_are_drawn_from_the_past_only():
     wl = core.Workload.of(a, m)
     r = core.kv_pass(wl, 0)  # nothing reused: every history token is computed
     ids, offs = core.lookup_stream(wl, r.n_computed)
-    stream = a.tok_stream.tolist()
+    raw = [v for row in table.column("new_items").to_pylist() for v in row]
+    stream = np.searchsorted(a.item_ids, raw).tolist()  # dense ids, in request order
     tok_off = a.tok_off.tolist()
     for i in range(a.n_requests):
         want = [draw_candidate(7, i, k, stream, tok_off, 50) for k in range(5)]
@@ -279,6 +282,10 @@ def test_implicit_candidates_are_drawn_from_the_past_only():
         got = ids[offs[i + 1] - len(want) : offs[i + 1]].tolist() if want else []
         assert got == want, i
         assert all(c in set(stream[max(0, tok_off[i + 1] - 50) : tok_off[i + 1]]) for c in got)
+    for start in (1, 37, 120):  # a span's first draws read a ring filled from the histories
+        part, p_offs = core.lookup_stream(wl, r.n_computed[start:], start)
+        np.testing.assert_array_equal(part, ids[offs[start] :])
+        np.testing.assert_array_equal(p_offs, offs[start:] - offs[start])
 
 
 def test_no_look_ahead_changing_the_future_leaves_the_past_unchanged():

@@ -34,7 +34,7 @@ def test_the_columns_only_arrays_and_the_sample_layout():
     t = t.append_column("latency_ms", lat)
     sw = sampled.load(t, model(MULTI, max_seq_len=10), sample_rate=0.3)
     a, full = sw.workload.arrays, A.from_table(t)
-    for f in ("hist_values", "tok_stream", "cand_values"):
+    for f in ("hist_values", "cand_values"):
         v = getattr(a, f)
         assert v.dtype == np.int32 and len(v) == 0, f
     np.testing.assert_array_equal(a.latency_ms, full.latency_ms)
