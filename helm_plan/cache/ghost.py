@@ -38,7 +38,7 @@ import numpy as np
 
 from helm_plan.cache import core
 from helm_plan.cache.kvcurve import KvDistances, kv_distances
-from helm_plan.cache.stack import binned_hits
+from helm_plan.cache.stack import window_hits
 from helm_plan.errors import ConfigError
 
 GRID_POINTS = 101
@@ -133,20 +133,12 @@ class Ghost:
         """Curves of requests ``[start, stop)`` served with ``n_computed`` prefill tokens each."""
         ids, offs = core.lookup_stream(self.wl, n_computed, start, stop)
         past = self._hist[-self.history_windows :] if self.history_windows else []
-        all_ids = np.concatenate([p[0] for p in past] + [ids]) if past else ids
-        parts, base = [np.zeros(1, np.int64)], 0
-        for p_ids, p_offs in [*past, (ids, offs)]:
-            parts.append(p_offs[1:] + base)
-            base += len(p_ids)
-        all_offs = np.concatenate(parts)
-        n_past = len(all_offs) - 1 - (stop - start)
-        edges = np.array([0, n_past, len(all_offs) - 1], np.int64)
         grid = np.unique(self.emb_grid)
-        hits, look = binned_hits(
-            all_ids, grid, key_bytes=self.wl.keys.key_bytes, offsets=all_offs, edges=edges,
-            n_ids=self.wl.n_keys,
-        )  # fmt: skip
-        emb = hits[1][np.searchsorted(grid, self.emb_grid)].astype(np.float64)
+        # the past windows warm the stack, then this one is counted (fed apart: no joined copy)
+        hits, look = window_hits(
+            [*past, (ids, offs)], grid, key_bytes=self.wl.keys.key_bytes, n_ids=self.wl.n_keys
+        )
+        emb = hits[-1][np.searchsorted(grid, self.emb_grid)].astype(np.float64)
         if self.history_windows:
             self._hist = [*self._hist, (ids, offs)][-self.history_windows :]
         kd = self.kv
@@ -157,7 +149,7 @@ class Ghost:
         k = np.searchsorted(ds, self.kv_grid, side="right")
         kv = np.where(k > 0, cs[np.maximum(k - 1, 0)] if len(cs) else 0, 0).astype(np.float64)
         return GhostCurves(
-            self.r_grid, emb, float(look[1]), kv, float(kd.ctx_len[start:stop].sum())
+            self.r_grid, emb, float(look[-1]), kv, float(kd.ctx_len[start:stop].sum())
         )
 
 

@@ -202,6 +202,36 @@ def binned_hits(
     return hits, window_sums(sizes, offs, edges)
 
 
+def window_hits(
+    windows: list[tuple[np.ndarray, np.ndarray]],
+    grid: np.ndarray,
+    *,
+    key_bytes: np.ndarray,
+    n_ids: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`binned_hits` of windows held apart: one ``(ids, offsets)`` per window, in order.
+
+    The LRU is warm across them, and the figures are those of the windows'
+    concatenation with their edges, without that concatenated copy (the
+    controller's ghost feeds its past windows, then this one).
+    """
+    parts = [(as_ids(ids, n_ids)[0], np.asarray(o, np.int64)) for ids, o in windows]
+    kb = as_sizes(key_bytes, n_ids)
+    grid = check_grid(grid)
+    edges = np.zeros(len(parts) + 1, np.int64)
+    np.cumsum([len(o) - 1 for _, o in parts], out=edges[1:])
+    hits = np.zeros((len(parts), len(grid)), np.int64)
+    look = np.zeros(len(parts), np.int64)
+    for w, (ids, o) in enumerate(parts):
+        look[w] = window_sums(stream_sizes(ids, key_bytes, kb), o, np.array([0, len(o) - 1]))[0]
+    for max_b, idx in size_classes(kb[:n_ids], grid):
+        sp = StackPass(kb[:n_ids], max_b, grid[idx], len(parts))
+        for w, (ids, o) in enumerate(parts):  # sizes per window: never one array for all
+            sp.feed(ids, stream_sizes(ids, key_bytes, kb), o, int(edges[w]), edges)
+        hits[:, idx] = sp.hit_bytes()
+    return hits, look
+
+
 def window_sums(values: np.ndarray, offs: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Sum of per-access ``values`` per window of a bare stream, int64."""
     bounds = np.ascontiguousarray(np.asarray(offs, np.int64)[edges])

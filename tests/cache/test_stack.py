@@ -88,6 +88,28 @@ def test_stack_distances_brute_force_bytes_and_compaction():
     np.testing.assert_array_equal(d_rows, want_rows)
 
 
+@pytest.mark.parametrize("sizes", [[16, 48, 64], [32]])
+def test_windows_fed_apart_equal_the_joined_stream(sizes):
+    """``window_hits`` (the ghost's past windows, then this one, never joined) against
+    ``binned_hits`` of the joined stream with the same edges; an empty window included."""
+    rng = np.random.default_rng(5)
+    ids = zipf_stream(6_000, 300, 1.0, 2)
+    kb = rng.choice(sizes, size=300)
+    offs = np.concatenate([[0], np.sort(rng.integers(0, 6_001, 699)), [6_000]])  # 700 requests
+    edges = np.array([0, 100, 100, 450, 700])  # window 1 holds no request
+    grid = np.array([0, 16, 200, 5_000, 20_000])
+    want, want_look = stack.binned_hits(
+        ids, grid, key_bytes=kb, offsets=offs, edges=edges, n_ids=300
+    )
+    windows = [
+        (ids[offs[a] : offs[b]], offs[a : b + 1] - offs[a])
+        for a, b in zip(edges[:-1], edges[1:], strict=True)
+    ]
+    got, look = stack.window_hits(windows, grid, key_bytes=kb, n_ids=300)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(look, want_look)
+
+
 def test_windows_are_warm_and_sum_to_whole():
     ids = zipf_stream(5_000, 300, 1.0, 1)
     kb = np.random.default_rng(1).choice([16, 48, 64], size=300)
