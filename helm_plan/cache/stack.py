@@ -188,32 +188,27 @@ def binned_hits(
     [n_windows, len(grid)], lookup bytes int64 [n_windows]).
     """
     ids, n_ids = as_ids(ids, n_ids)
-    kb = as_sizes(key_bytes, n_ids)
-    grid = check_grid(grid)
     offs = np.array([0, len(ids)], np.int64) if offsets is None else np.asarray(offsets, np.int64)
     edges = window_of_requests(edges, len(offs) - 1)
-    n_win = len(edges) - 1
-    hits = np.zeros((n_win, len(grid)), np.int64)
-    sizes = stream_sizes(ids, key_bytes, kb)
-    for max_b, idx in size_classes(kb[:n_ids], grid):
-        sp = StackPass(kb[:n_ids], max_b, grid[idx], n_win)
-        sp.feed(ids, sizes, offs, 0, edges)
-        hits[:, idx] = sp.hit_bytes()
-    return hits, window_sums(sizes, offs, edges)
+    # each window a view of the stream (its offsets rebased): the windows' pass below
+    windows = [(ids[offs[a] : offs[b]], offs[a : b + 1] - offs[a])
+               for a, b in zip(edges[:-1], edges[1:], strict=True)]  # fmt: skip
+    return window_hits(windows, grid, key_bytes=key_bytes, n_ids=n_ids)
 
 
 def window_hits(
     windows: list[tuple[np.ndarray, np.ndarray]],
     grid: np.ndarray,
     *,
-    key_bytes: np.ndarray,
+    key_bytes: np.ndarray | None,
     n_ids: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`binned_hits` of windows held apart: one ``(ids, offsets)`` per window, in order.
 
     The LRU is warm across them, and the figures are those of the windows'
     concatenation with their edges, without that concatenated copy (the
-    controller's ghost feeds its past windows, then this one).
+    controller's ghost feeds its past windows, then this one). Sizes are
+    gathered window by window, never one array for the whole stream.
     """
     parts = [(as_ids(ids, n_ids)[0], np.asarray(o, np.int64)) for ids, o in windows]
     kb = as_sizes(key_bytes, n_ids)
@@ -221,12 +216,11 @@ def window_hits(
     edges = np.zeros(len(parts) + 1, np.int64)
     np.cumsum([len(o) - 1 for _, o in parts], out=edges[1:])
     hits = np.zeros((len(parts), len(grid)), np.int64)
-    look = np.zeros(len(parts), np.int64)
-    for w, (ids, o) in enumerate(parts):
-        look[w] = window_sums(stream_sizes(ids, key_bytes, kb), o, np.array([0, len(o) - 1]))[0]
+    look = np.array([stream_sizes(ids[o[0] : o[-1]], key_bytes, kb).sum(dtype=np.int64)
+                     for ids, o in parts], np.int64)  # fmt: skip
     for max_b, idx in size_classes(kb[:n_ids], grid):
         sp = StackPass(kb[:n_ids], max_b, grid[idx], len(parts))
-        for w, (ids, o) in enumerate(parts):  # sizes per window: never one array for all
+        for w, (ids, o) in enumerate(parts):
             sp.feed(ids, stream_sizes(ids, key_bytes, kb), o, int(edges[w]), edges)
         hits[:, idx] = sp.hit_bytes()
     return hits, look
