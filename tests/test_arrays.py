@@ -37,9 +37,10 @@ def test_implicit_candidates_are_counted_not_materialised():
     np.testing.assert_array_equal(a.n_cand, t.column("n_candidates").to_numpy())
     assert a.candidate_seed == 7 and a.candidate_window_tokens == 50
     stream = np.concatenate([np.asarray(x, np.int64) for x in t.column("new_items").to_pylist()])
-    got = [K.stream_token(p, a.n_requests - 1, a.tok_off, a.user, a.hist_end,
-                          a.user_hist_offsets, a.hist_values) for p in range(len(stream))]  # fmt: skip
-    np.testing.assert_array_equal(a.item_ids[got], stream)
+    ring, top = K.new_ring(len(stream), len(stream))  # the whole stream, read from the histories
+    K.ring_fill(a.n_requests - 1, ring, top, a.tok_off, a.user, a.hist_end,
+                a.user_hist_offsets, a.hist_values)  # fmt: skip
+    np.testing.assert_array_equal(a.item_ids[ring[: len(stream)]], stream)
     lens = [len(x) for x in t.column("new_items").to_pylist()]
     np.testing.assert_array_equal(np.diff(a.tok_off), lens)
 
@@ -92,15 +93,16 @@ def random_histories(seed: int, n: int = 400, n_users: int = 7):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_stream_token_reads_the_request_order_stream_from_the_histories(seed):
-    """Every position before each request, read back through the per-user layout, equals the
-    request-order stream built by hand; many requests add nothing (flat ``tok_off`` runs),
-    and reads reach far behind the request (the galloping search's long jumps)."""
+def test_a_fresh_ring_reads_the_request_order_stream_from_the_histories(seed):
+    """Filled from nothing at each request, a ring longer than the stream holds every position
+    before it, read back through the per-user layout, equal to the request-order stream built
+    by hand; many requests add nothing (flat ``tok_off`` runs), and the fill starts far behind
+    the request (the galloping search's long jumps)."""
     stream, (tok_off, user, hist_end, uoff, hist) = random_histories(seed)
     for i in range(len(user)):
-        got = [K.stream_token(p, i, tok_off, user, hist_end, uoff, hist)
-               for p in range(int(tok_off[i + 1]))]  # fmt: skip
-        assert got == stream[: tok_off[i + 1]].tolist(), i
+        ring, top = K.new_ring(len(stream), len(stream))
+        K.ring_fill(i, ring, top, tok_off, user, hist_end, uoff, hist)
+        assert ring[: tok_off[i + 1]].tolist() == stream[: tok_off[i + 1]].tolist(), i
 
 
 @pytest.mark.parametrize("window", [1, 13, 64, 100, 5000])

@@ -100,18 +100,6 @@ def _hist_pos(p, j, tok_off, user, hist_end, uoff):
 
 
 @nb.njit(cache=True)
-def stream_token(p, i, tok_off, user, hist_end, uoff, hist):
-    """Dense item id at position ``p < tok_off[i + 1]`` of the request-order token stream.
-
-    The stream is not stored (it would hold every history token a second time);
-    its tokens are read from the per-user histories. Replays keep the recent part
-    in a ring (:func:`ring_fill`); this reads one position directly.
-    """
-    j = _request_at(p, i, tok_off)
-    return np.int64(hist[_hist_pos(p, j, tok_off, user, hist_end, uoff)])
-
-
-@nb.njit(cache=True)
 def ring_fill(i, tok_ring, tok_top, tok_off, user, hist_end, uoff, hist):
     """Bring ``tok_ring`` up to the stream as of request ``i`` (its own new tokens included).
 

@@ -148,7 +148,6 @@ def emb_hits(
     bound = request_bound(wl)
     size = chunk_keys or (CHUNK_KEYS_SAMPLED if thr < SHARDS_MODULUS else CHUNK_KEYS)
     ids = np.empty(max(size, bound, 1), np.int32)
-    tok_ring = token_ring(a)  # the chunks run in order: the ring carries across them
     sizes = np.empty(len(ids), np.int32)  # bytes beside each key: passes read them in order
     offs = np.zeros(CHUNK_REQUESTS + 1, np.int64)
     look_n = np.zeros((n_win, n_tab), np.int64)
@@ -157,6 +156,7 @@ def emb_hits(
     state = np.zeros(2, np.int64)  # [next request, its window]
     kv_args = (kv.kv_prev, kv.kv_next, kv.kv_len, kv.kv_start, kv.kv_meta)
     if sw is None:
+        tok_ring = token_ring(a)  # the chunks run in order: the ring carries across them
 
         def step() -> tuple[int, int, int]:
             return _generate(
