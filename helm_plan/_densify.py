@@ -28,6 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from helm_plan.errors import TraceError
+
 #: Rows per record batch the table source cuts (about 50 MiB of tokens at 100 per row).
 BATCH_ROWS = 1 << 16
 #: A direct id -> dense lookup table is used while it costs at most this many bytes
@@ -72,7 +74,7 @@ def densify(
         if r + len(col) > len(tok_off) - 1 or not np.array_equal(
             _np(pc.list_value_length(col)), np.diff(tok_off[r : r + len(col) + 1])
         ):
-            raise RuntimeError("the trace changed between the two passes of the dense build")
+            raise changed_between_passes("dense build")
         _place(f["user"], f["hist_end"], tok_off, f["user_hist_offsets"], r, len(col),
                to_dense(flat), hist_values)  # fmt: skip
         r += len(col)
@@ -81,9 +83,18 @@ def densify(
             cand_values[c : c + len(flat)] = to_dense(flat)
             c += len(flat)
     if r != len(tok_off) - 1 or c != len(cand_values):
-        raise RuntimeError("the trace changed between the two passes of the dense build")
+        raise changed_between_passes("dense build")
     release_memory()  # pass 2's batches: what the caller allocates next would build on them
     return {**f, "hist_values": hist_values, "cand_values": cand_values}
+
+
+def changed_between_passes(load: str) -> TraceError:
+    """The error of a two-pass ``load`` whose source read back otherwise the second time."""
+    # a user condition, not a bug: the file was rewritten (or is still being written)
+    return TraceError(
+        f"the trace changed between the two passes of the {load}",
+        hint="the file was rewritten while it was read; run again once it is complete",
+    )
 
 
 def request_columns(batches: Batches, *, has_candidates: bool, has_latency: bool) -> dict[str, Any]:

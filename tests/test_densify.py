@@ -195,5 +195,6 @@ def test_a_trace_that_changes_between_the_passes_is_an_error(change):
         new[k] = new[k][1:]
         second = t.set_column(2, "new_items", pa.array(new, pa.list_(pa.int64())))
     calls = iter([_densify.table_batches(t), _densify.table_batches(second)])
-    with pytest.raises(RuntimeError, match="^the trace changed between the two passes"):
+    with pytest.raises(TraceError, match="^the trace changed between the two passes") as e:
         _densify.densify(lambda: next(calls)(), has_candidates=False, has_latency=False)
+    assert "run again once it is complete" in e.value.one_line()

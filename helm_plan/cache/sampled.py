@@ -51,6 +51,7 @@ from helm_plan import arrays as A
 from helm_plan._densify import (
     DenseMap,
     cat_parts,
+    changed_between_passes,
     one_chunk,
     release_memory,
     request_columns,
@@ -197,7 +198,7 @@ def _scan(a: A.TraceArrays, wl: Workload, batches: A.Batches, thr: int, seed: in
         c_item.append(ci[:nc].copy())
         i0 += n_b
     if i0 != a.n_requests:
-        raise RuntimeError("the trace changed between the two passes of the sampled load")
+        raise changed_between_passes("sampled load")
     release_memory()  # the batches' buffers, before the parts are joined
     hist_offsets = np.zeros(a.n_users + 1, np.int64)
     users = cat_parts(h_user, np.int32)

@@ -13,7 +13,7 @@ from helm_plan import trace
 from helm_plan.cache import embstream as E
 from helm_plan.cache import sampled
 from helm_plan.cache.shards import SHARDS_MODULUS
-from helm_plan.errors import ConfigError
+from helm_plan.errors import ConfigError, TraceError
 
 
 def test_defaults_are_the_full_loaders():
@@ -122,9 +122,10 @@ def test_a_trace_that_changes_between_passes_is_an_error():
     sw = sampled.load(t, m, sample_rate=0.5)
     short = t.slice(0, 59)
     with pytest.raises(
-        RuntimeError, match="^the trace changed between the two passes of the sampled load$"
-    ):
+        TraceError, match="^the trace changed between the two passes of the sampled load$"
+    ) as e:
         sampled._scan(sw.workload.arrays, sw.workload, lambda: short.to_batches(), 1 << 23, 0)
+    assert e.value.hint == "the file was rewritten while it was read; run again once it is complete"
 
 
 def test_what_a_sampled_pass_refuses_is_said_exactly():
