@@ -260,3 +260,50 @@ def test_too_little_shared_memory_is_a_clear_error_not_a_bus_error(monkeypatch):
     # with room (a block of its exact size fits) the same map runs
     monkeypatch.setattr(local, "_shm_free", lambda: (1 << 22) + 4096)
     assert ex.map(_token_sum, [0, 1], shared=np.ones(1 << 19, np.int64)) == [1 << 19] * 2
+
+
+def _first(shared, x):
+    return int(shared["a"][x])
+
+
+def test_share_hands_the_driver_a_view_of_the_published_block():
+    import numpy as np
+
+    obj = {"a": np.arange(1 << 20, dtype=np.int64), "name": "trace"}
+    assert executors.SerialExecutor().share(obj) is obj
+    assert executors.local(2).share(obj) is obj  # a pool for one map frees its blocks after it
+    with executors.local(2) as ex:
+        view = ex.share(obj)
+        assert view is not obj and view["name"] == "trace"
+        np.testing.assert_array_equal(view["a"], obj["a"])
+        assert view["a"].ctypes.data % 64 == 0
+        blocks = [ref[1] for _, ref, _ in ex._published.values()]
+        assert len(blocks) == 1  # the driver holds no private copy: the block is remembered
+        # by the view, and ``obj`` (no longer referenced by the executor) can be freed
+        assert all(o is not obj for o, _, _ in ex._published.values())
+        # one copy: what the driver writes into the view, the workers read (no republish)
+        view["a"][:3] = [7, 8, 9]
+        assert ex.map(_first, [0, 1, 2], shared=view) == [7, 8, 9]
+        assert ex.map(_first, [2], shared=view) == [9]
+        assert [ref[1] for _, ref, _ in ex._published.values()] == blocks
+        # a view is never evicted by later publications while the pool lives
+        for k in range(12):
+            assert ex.map(_token_sum, [0, 1], shared=np.full(10, k)) == [10 * k] * 2
+        assert blocks[0] in [ref[1] for _, ref, _ in ex._published.values()]
+    # closing unlinks the block, yet the driver's view (its own mapping) still reads
+    assert not os.path.exists(f"/dev/shm/{blocks[0].lstrip('/')}")
+    assert int(view["a"][:4].sum()) == 7 + 8 + 9 + 3
+
+
+def test_share_keeps_the_object_where_shared_memory_is_short(monkeypatch):
+    import importlib
+
+    import numpy as np
+
+    local = importlib.import_module("helm_plan.exec.local")
+    monkeypatch.setattr(local, "_shm_free", lambda: 1 << 20)
+    obj = np.ones(1 << 19, np.int64)
+    with executors.local(2) as ex:
+        assert ex.share(obj) is obj and not ex._published and not ex._pinned
+        with pytest.raises(executors.ExecutorError, match="shared memory"):  # as before
+            ex.map(_token_sum, [0, 1], shared=obj)

@@ -192,11 +192,17 @@ def _run_analyze(
             outputs[name] = hit
             return hit
 
+        curves_due = not cache.path("curves", keys["curves"], "json").is_file()
+        if curves_due or not cfg.capacity:
+            # the workers will read this trace: the driver keeps a view of their copy
+            # instead of a second one (with capacity on and the curves cached, only the
+            # scaled trace below reaches them, and this one is dropped after the plan)
+            ctx = executor.share(ctx)
         cached_or("inspect", lambda tick: stage_inspect(tpath, ctx, tick))
         # With workers the curves need nothing downstream before the report: they run in
         # the background on a worker the oracle leaves idle, and are collected after it.
         curves_bg = None
-        if not cache.path("curves", keys["curves"], "json").is_file():
+        if curves_due:
             curves_bg = executors.background(
                 executor, lambda view: view.map(curves_task, [cfg.curves], shared=(ctx,))[0],
                 "curves",
@@ -213,6 +219,8 @@ def _run_analyze(
             op_ctx = operating_context(
                 table, ctx, cap.meta["per_node_factor"], cfg.seed, cfg.window_s
             )
+            if op_ctx is not ctx:
+                op_ctx = executor.share(op_ctx)
             keys_op = {"op": cap.meta["per_node_factor"]}
             # the whole trace as an Arrow table (history lists included: ~0.7 KB a request)
             # was only needed to plan and scale; hand it back before the oracle runs

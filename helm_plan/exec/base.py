@@ -49,6 +49,15 @@ class Executor(ABC):
         """
         return None
 
+    def share(self, obj: T) -> T:
+        """``obj``, or an equal copy that this executor's workers read in place.
+
+        Use the result instead of ``obj`` and drop ``obj``: a backend whose workers
+        read one published copy (shared memory) hands back a view of that copy, so
+        the caller holds no second one. Here: ``obj`` itself.
+        """
+        return obj
+
     @property
     @abstractmethod
     def workers(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import mmap
 import multiprocessing as mp
 import os
 import pickle
@@ -138,6 +139,27 @@ def _load(ref: Ref) -> Any:
     return _SHARED[token][0]
 
 
+def _driver_view(ref: Ref) -> Any | None:
+    """The object behind ``ref`` over its own mapping of the block, or None where the block
+    has no path to map (not Linux's ``/dev/shm``).
+
+    Its own mapping, not the publishing ``SharedMemory``'s: the executor unmaps and unlinks
+    its blocks when it closes, while the caller's arrays may live on; an unlinked block's
+    pages stay until the last mapping (and so the last array) goes.
+    """
+    _, name, size, spans = ref
+    try:
+        fd = os.open(os.path.join(_SHM_DIR, name.lstrip("/")), os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        mm = mmap.mmap(fd, 0)
+    finally:
+        os.close(fd)
+    buf = memoryview(mm)
+    return pickle.loads(buf[:size], buffers=[buf[o : o + n] for o, n in spans])
+
+
 def _call(fn: Callable[[Any, Any], Any], refs: tuple[Ref, ...], whole: bool, item: Any) -> Any:
     parts = tuple(_load(r) for r in refs)
     return fn(parts[0] if whole else parts, item)
@@ -183,6 +205,37 @@ class ProcessExecutor(Executor):
         return view
 
     _owner: ProcessExecutor | None = None
+
+    def share(self, obj: T) -> T:
+        """Publish ``obj`` now and return a view of the published copy (see the base class).
+
+        Only a pool that lives for a ``with`` block shares (one that lives for a
+        single map frees its blocks after it). The view is pinned for the pool's life:
+        every later map that passes it ships nothing new. Where shared memory is too
+        small or cannot be mapped by path, ``obj`` comes back and maps behave as before.
+        """
+        if self._owner is not None:
+            return self._owner.share(obj)
+        if not self._keep or self._workers < 2:
+            return obj
+        with self._lock:
+            self._pinned[id(obj)] = self._pinned.get(id(obj), 0) + 1
+            try:
+                ref = self._publish(obj)
+            except ExecutorError:
+                return obj  # the first map that needs the workers raises it, as it did
+            finally:
+                n = self._pinned.pop(id(obj)) - 1
+                if n > 0:
+                    self._pinned[id(obj)] = n
+            view = _driver_view(ref)
+            if view is None:
+                return obj
+            # the block is now remembered by the view, so ``obj`` can be freed
+            _, _, block = self._published.pop(id(obj))
+            self._published[id(view)] = (view, ref, block)
+            self._pinned[id(view)] = self._pinned.get(id(view), 0) + 1
+        return view
 
     def __enter__(self) -> ProcessExecutor:
         self._keep = True

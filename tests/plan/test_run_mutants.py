@@ -154,6 +154,11 @@ def test_combo_max_nodes_from_the_config(meets_calls):
 class RecordingExecutor:
     def __init__(self):
         self.calls = []
+        self.views = []
+
+    def share(self, obj):
+        self.views.append((obj, list(obj)))  # an equal copy, as a process pool's view
+        return self.views[-1][1]
 
     def map(self, fn, items, *, shared=None, progress=None, label=None):
         self.calls.append(SimpleNamespace(fn=fn, items=list(items), shared=shared,
@@ -264,6 +269,9 @@ def test_plan_hands_every_step_its_arguments(stubs):
                           for r in ("helm", "jsq")]  # fmt: skip
     assert call.progress is prog and call.label((1, "emb-max", "helm")) == "g1 emb-max helm"
     ctxs, ncfg2, cfg2, starts, starts_r = call.shared
+    # the contexts are shared before the combos, and the shared view is what is used after
+    ((given, view),) = ex.views
+    assert ctxs is view and [c.pool_bytes for c in given] == [111, 222]
     assert [c.pool_bytes for c in ctxs] == [111, 222] and ncfg2 == ncfg and cfg2 is cfg
     # first guesses: ceil(100 / 30) = 4 for emb-max, ceil(100 / 12.5) = 8 for best-static
     assert starts == {(0, "emb-max"): 4, (0, "best-static"): 8, (1, "emb-max"): 4,
@@ -275,7 +283,7 @@ def test_plan_hands_every_step_its_arguments(stubs):
     built = stubs.built
     assert built[0] is cfg and built[1] == ncfg and built[2] is SCALING and built[3] == setups
     assert (
-        built[4] == ctxs
+        built[4] is ctxs
         and [lc.max_qps for lc in built[5]] == [{"emb-max": 30.0, "best-static": 12.5}] * 2
     )
     assert built[6] == [("COMBO", *it) for it in call.items]
