@@ -109,7 +109,7 @@ def from_file(
 
     The same arrays as ``from_table(trace.read(path))`` (timestamps rebased the
     same way), but the file is streamed twice instead of held: peak memory is the
-    arrays themselves (8 bytes per history token, about 50 per request) plus one
+    arrays themselves (4 bytes per history token, about 50 per request) plus one
     batch, where reading the table first costs its Arrow copy as well.
     """
     check_window(candidate_window_tokens)

@@ -4,8 +4,8 @@ SHARDS keeps a key iff ``hash(key) < T`` (:mod:`helm_plan.cache.shards`), and
 the EMB pass of a sampled curve emits only those keys
 (:mod:`helm_plan.cache.embstream`). A history token whose item reaches no
 sampled key is never looked at by the pass, yet the full dense build holds
-every token twice (8 bytes each: about 1 GiB per 130M tokens), so a 1 % curve
-used as much memory as the exact one. :func:`load` streams the trace twice
+every token (4 bytes each: about 0.5 GiB per 130M tokens; twice that when it
+also kept them in request order), so a 1 % curve used as much memory as the exact one. :func:`load` streams the trace twice
 and keeps what the pass can read:
 
 1. the per-request columns and the distinct items
@@ -33,7 +33,7 @@ the tests check the sampled pass against the pass over the full arrays, bit
 for bit.
 
 Memory is the per-request columns (about 50 bytes a request), the keys, one
-bit per token when candidates are drawn, and the sample, instead of 8 bytes
+bit per token when candidates are drawn, and the sample, instead of 4 bytes
 per token.
 """
 
