@@ -24,6 +24,7 @@ from conftest import small_table
 from queueing import md1_wait_cdf, poisson_table, quantile
 
 from helm_plan import arrays as A
+from helm_plan import exec as executors
 from helm_plan.cluster import ClusterConfig, simulate_cluster
 from helm_plan.latency.kernel import COEFFS
 from helm_plan.latency.model import LatencyModel
@@ -181,6 +182,16 @@ def test_plan_json_round_trips_and_is_seeded(small):
     assert doc["schema_version"] == 1 and len(doc["capacity"]) == res.capacity.height
     t, cfg2, again = _small_plan()
     assert again.capacity.equals(res.capacity) and again.savings.equals(res.savings)
+
+
+def test_plan_on_a_process_pool_equals_the_serial_plan(small):
+    # the pool's workers read the contexts' shared copy, and so does the driver (share)
+    t, cfg, res = small
+    with executors.local(2) as ex:
+        pooled = plan(t, cfg, setups=[GpuSetup(GPU, brute_latency(), None, 3.0)], executor=ex)
+        assert ex._published  # the contexts went to the workers
+    for name in ("capacity", "savings", "load_curve", "evaluated"):
+        assert getattr(pooled, name).equals(getattr(res, name)), name
 
 
 def test_load_curve_max_qps_agrees_with_a_one_node_plan():
