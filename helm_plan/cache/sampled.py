@@ -5,8 +5,9 @@ the EMB pass of a sampled curve emits only those keys
 (:mod:`helm_plan.cache.embstream`). A history token whose item reaches no
 sampled key is never looked at by the pass, yet the full dense build holds
 every token (4 bytes each: about 0.5 GiB per 130M tokens; twice that when it
-also kept them in request order), so a 1 % curve used as much memory as the exact one. :func:`load` streams the trace twice
-and keeps what the pass can read:
+also kept them in request order), so a 1 % curve used as much memory as the
+exact one. :func:`load` streams the trace twice and keeps what the pass can
+read:
 
 1. the per-request columns and the distinct items
    (:func:`helm_plan._densify.request_columns`), so the EMB keys are numbered
