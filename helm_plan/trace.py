@@ -271,7 +271,13 @@ def read(path: str | os.PathLike[str], *, columns: list[str] | None = None) -> p
     p = Path(path)
     pf = _open(p)
     try:
-        table = pf.read(columns=columns)
+        # row group by row group, kept as chunks: ``pf.read`` joins each column into one
+        # array, which held the read's buffers and the join at once (the 1.49M-request trace:
+        # 2,069 MiB peak and 1,435 MiB allocated for a 1,070 MiB table; by row group 1,287
+        # and 1,080)
+        n_groups = pf.metadata.num_row_groups
+        table = (pa.concat_tables([pf.read_row_group(i, columns=columns) for i in range(n_groups)])
+                 if n_groups > 1 else pf.read(columns=columns))  # fmt: skip
     except (pa.ArrowInvalid, OSError) as e:
         raise _unreadable(p, e) from e
     table = validate(table, source=str(p))

@@ -83,6 +83,25 @@ def test_validate_file_streams_the_same_rules_across_batches(tmp_path: Path):
         trace.validate_file(p)
 
 
+def test_read_of_many_row_groups_equals_the_whole_file_read(tmp_path: Path):
+    # read joins row groups as chunks (no whole-column join): the same rows, types and order,
+    # a column subset too, and a bad row still named by its row in the file
+    t = small_table(50, with_candidates=True)
+    p = tmp_path / "t.parquet"
+    pq.write_table(t, p, row_group_size=7)
+    got = trace.read(p)
+    assert got.column("new_items").num_chunks == 8
+    assert got.equals(trace.validate(pq.read_table(p)))
+    sub = trace.read(p, columns=["ts_s", "user_id", "new_items", "n_candidates"])
+    assert sub.column_names == ["ts_s", "user_id", "new_items", "n_candidates"]
+    assert sub.equals(got.select(sub.column_names))
+    ts = t.column("ts_s").to_numpy().copy()
+    ts[22] = ts[21] - 0.5  # unsorted inside the fourth row group (rows 21-27)
+    pq.write_table(t.set_column(0, "ts_s", pa.array(ts)), p, row_group_size=7)
+    with pytest.raises(TraceError, match="row 22, column 'ts_s': timestamps not sorted"):
+        trace.read(p)
+
+
 def test_epoch_timestamps_are_rebased_on_read_with_a_note(tmp_path: Path):
     t = small_table(30)
     ts = t.column("ts_s").to_numpy()
