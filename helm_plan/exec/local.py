@@ -189,7 +189,7 @@ class ProcessExecutor(Executor):
         self._pool: ProcessPoolExecutor | None = None
         self._published: dict[int, tuple[Any, Ref, shared_memory.SharedMemory]] = {}
         self._lock = threading.Lock()
-        self._pinned: dict[int, int] = {}  # id -> maps in progress that use it (never evicted)
+        self._pinned: dict[int, int] = {}  # id -> maps using it, +1 if shared (never evicted)
         self._next_token = 0
 
     @property
@@ -219,23 +219,29 @@ class ProcessExecutor(Executor):
         if not self._keep or self._workers < 2:
             return obj
         with self._lock:
-            self._pinned[id(obj)] = self._pinned.get(id(obj), 0) + 1
+            self._pin(obj)
             try:
                 ref = self._publish(obj)
             except ExecutorError:
                 return obj  # the first map that needs the workers raises it, as it did
             finally:
-                n = self._pinned.pop(id(obj)) - 1
-                if n > 0:
-                    self._pinned[id(obj)] = n
+                self._unpin(obj)
             view = _driver_view(ref)
             if view is None:
                 return obj
             # the block is now remembered by the view, so ``obj`` can be freed
             _, _, block = self._published.pop(id(obj))
             self._published[id(view)] = (view, ref, block)
-            self._pinned[id(view)] = self._pinned.get(id(view), 0) + 1
+            self._pin(view)  # never unpinned: the pool's life
         return view
+
+    def _pin(self, obj: Any) -> None:
+        self._pinned[id(obj)] = self._pinned.get(id(obj), 0) + 1
+
+    def _unpin(self, obj: Any) -> None:
+        n = self._pinned.pop(id(obj), 0) - 1
+        if n > 0:
+            self._pinned[id(obj)] = n
 
     def __enter__(self) -> ProcessExecutor:
         self._keep = True
@@ -320,7 +326,7 @@ class ProcessExecutor(Executor):
             with self._lock:  # a trickle view may map from another thread
                 parts = (shared,) if whole else tuple(shared)
                 for x in parts:  # pinned first: publishing one part never evicts another
-                    self._pinned[id(x)] = self._pinned.get(id(x), 0) + 1
+                    self._pin(x)
                 refs = tuple(self._publish(x) for x in parts)
                 if self._pool is None:
                     self._pool = ProcessPoolExecutor(
@@ -361,9 +367,7 @@ class ProcessExecutor(Executor):
         finally:
             with self._lock:
                 for x in parts:
-                    n = self._pinned.pop(id(x), 0) - 1
-                    if n > 0:
-                        self._pinned[id(x)] = n
+                    self._unpin(x)
         if not self._keep:
             self._shutdown(wait=True)
         return out
