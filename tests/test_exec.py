@@ -275,6 +275,7 @@ def test_share_hands_the_driver_a_view_of_the_published_block():
     with executors.local(2) as ex:
         view = ex.share(obj)
         assert view is not obj and view["name"] == "trace"
+        assert ex.share(view) is view  # a view is shared already: no second view or block
         np.testing.assert_array_equal(view["a"], obj["a"])
         assert view["a"].ctypes.data % 64 == 0
         blocks = [ref[1] for _, ref, _ in ex._published.values()]

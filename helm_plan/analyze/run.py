@@ -195,8 +195,8 @@ def _run_analyze(
         curves_due = not cache.path("curves", keys["curves"], "json").is_file()
         if curves_due or not cfg.capacity:
             # the workers will read this trace: the driver keeps a view of their copy
-            # instead of a second one (with capacity on and the curves cached, only the
-            # scaled trace below reaches them, and this one is dropped after the plan)
+            # instead of a second one (with capacity on and the curves cached, no task
+            # reads it before the plan, and the oracle's trace is shared after it)
             ctx = executor.share(ctx)
         cached_or("inspect", lambda tick: stage_inspect(tpath, ctx, tick))
         # With workers the curves need nothing downstream before the report: they run in
@@ -219,8 +219,7 @@ def _run_analyze(
             op_ctx = operating_context(
                 table, ctx, cap.meta["per_node_factor"], cfg.seed, cfg.window_s
             )
-            if op_ctx is not ctx:
-                op_ctx = executor.share(op_ctx)
+            op_ctx = executor.share(op_ctx)  # the oracle's trace (ctx itself if unscaled)
             keys_op = {"op": cap.meta["per_node_factor"]}
             # the whole trace as an Arrow table (history lists included: ~0.7 KB a request)
             # was only needed to plan and scale; hand it back before the oracle runs

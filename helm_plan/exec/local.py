@@ -191,6 +191,7 @@ class ProcessExecutor(Executor):
         self._lock = threading.Lock()
         self._pinned: dict[int, int] = {}  # id -> maps using it, +1 if shared (never evicted)
         self._next_token = 0
+        self._views: set[int] = set()  # ids of the views share handed out (pinned, so alive)
 
     @property
     def workers(self) -> int:
@@ -211,14 +212,17 @@ class ProcessExecutor(Executor):
 
         Only a pool that lives for a ``with`` block shares (one that lives for a
         single map frees its blocks after it). The view is pinned for the pool's life:
-        every later map that passes it ships nothing new. Where shared memory is too
-        small or cannot be mapped by path, ``obj`` comes back and maps behave as before.
+        every later map that passes it ships nothing new, and sharing it again returns
+        it. Where shared memory is too small or cannot be mapped by path, ``obj`` comes
+        back and maps behave as before.
         """
         if self._owner is not None:
             return self._owner.share(obj)
         if not self._keep or self._workers < 2:
             return obj
         with self._lock:
+            if id(obj) in self._views:
+                return obj  # already a view of its block
             self._pin(obj)
             try:
                 ref = self._publish(obj)
@@ -233,6 +237,7 @@ class ProcessExecutor(Executor):
             _, _, block = self._published.pop(id(obj))
             self._published[id(view)] = (view, ref, block)
             self._pin(view)  # never unpinned: the pool's life
+            self._views.add(id(view))
         return view
 
     def _pin(self, obj: Any) -> None:
@@ -264,6 +269,7 @@ class ProcessExecutor(Executor):
             with contextlib.suppress(FileNotFoundError):  # a failed start may have freed it
                 block.unlink()
         self._published.clear()
+        self._views.clear()
 
     def _publish(self, obj: Any) -> Ref:
         """A reference to ``obj`` in shared memory (reused while the same object is published)."""
