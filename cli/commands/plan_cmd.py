@@ -38,7 +38,7 @@ from rich import box
 from rich.table import Table
 
 from helm_plan import exec as executors
-from helm_plan import trace as trace_io
+from helm_plan.arrays import from_file
 from helm_plan.errors import ConfigError
 from helm_plan.io import check_output, write_json
 from helm_plan.plan import PlanConfig, plan, plan_doc
@@ -146,9 +146,9 @@ def plan_command(
         pool_fraction=pool_fraction, node=node, load_curve=not no_load_curve, seed=seed,
     )  # fmt: skip
     ex = executors.get_executor(executor, workers, ray_address)
-    table = trace_io.read(trace)
+    arrays = from_file(trace, seed=cfg.seed)  # streamed in batches: no table of the trace
     with ex, task("planning", quiet=quiet or as_json) as prog:
-        res = plan(table, cfg, executor=ex, progress=prog)
+        res = plan(arrays, cfg, executor=ex, progress=prog)
     doc = plan_doc(res) | {"trace": str(trace)}
     if out is not None:
         write_json(out, doc, strict=True)

@@ -25,16 +25,14 @@ import dataclasses
 from typing import Any
 
 import polars as pl
-import pyarrow as pa
 
-from helm_plan.arrays import from_table
 from helm_plan.cluster import ClusterConfig
 from helm_plan.cluster.compare import compare
 from helm_plan.exec import Executor, Progress
 from helm_plan.oracle import OracleConfig
 from helm_plan.plan import PlanConfig, PlanResult, plan
 from helm_plan.plan.config import BASELINE_POLICY
-from helm_plan.plan.scale import scale
+from helm_plan.plan.dense import scale_arrays
 from helm_plan.sim import NodeConfig, NodeContext, prepare_context
 
 ROUTING_COLUMNS = ("router", "policy", "nodes", "p50_ms", "p99_ms", "slo_attainment",
@@ -71,23 +69,22 @@ class Capacity:
     """router, window, start_s, p99_ms, ratio_min, ratio_max, ratio_spread, work_max_mean."""
 
 
-def _planned_context(table: pa.Table, res: PlanResult, ctx: NodeContext, seed: int):
-    t, _ = scale(table, res.scaling.factor, by=res.scaling.method,
-                 window_s=res.config.node.window_s, seed=seed)  # fmt: skip
-    return prepare_context(from_table(t, seed=seed), ctx.gpu, ctx.model, ctx.latency,
+def _planned_context(res: PlanResult, ctx: NodeContext, seed: int) -> NodeContext:
+    t, _ = scale_arrays(ctx.arrays, res.scaling.factor, by=res.scaling.method,
+                        window_s=res.config.node.window_s, seed=seed)  # fmt: skip
+    return prepare_context(t, ctx.gpu, ctx.model, ctx.latency,
                            pool_bytes=ctx.pool_bytes, latency_profile=ctx.latency_profile)  # fmt: skip
 
 
 def capacity(
-    table: pa.Table,
     ctx: NodeContext,
     inp: CapacityInputs,
     *,
     executor: Executor | None = None,
     progress: Progress | None = None,
 ) -> Capacity:
-    """Plan, then compare routers at the operating fleet (see the module docstring)."""
-    res = plan(table, inp.plan, executor=executor, progress=progress)
+    """Plan ``ctx``'s trace, then compare routers at the operating fleet (module docstring)."""
+    res = plan(ctx.arrays, inp.plan, executor=executor, progress=progress)
     cap = res.capacity
     base = cap.filter((pl.col("policy") == BASELINE_POLICY) & pl.col("baseline"))
     n = base["nodes"][0] if base.height else None
@@ -98,7 +95,7 @@ def capacity(
         ok = cap.filter(pl.col("nodes").is_not_null()).sort(["nodes", "p99_ms"])
         best = ok["policy"][0]
         node = dataclasses.replace(inp.node, slo_ms=res.slo_ms)
-        pctx = _planned_context(table, res, ctx, inp.plan.seed)
+        pctx = _planned_context(res, ctx, inp.plan.seed)
         pts = compare(pctx, inp.plan.routers, [best],
                       ClusterConfig(nodes=n, node=node, seed=inp.plan.seed), oracle=inp.oracle,
                       executor=executor)  # fmt: skip

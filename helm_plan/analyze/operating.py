@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from helm_plan.analyze.capacity import (
     Capacity,
@@ -21,11 +20,10 @@ from helm_plan.analyze.capacity import (
 )
 from helm_plan.analyze.config import AnalyzeConfig
 from helm_plan.analyze.stages import StageOutput
-from helm_plan.arrays import from_table
 from helm_plan.exec import Executor, Progress
 from helm_plan.oracle import Labels
 from helm_plan.plan import PlanConfig
-from helm_plan.plan.scale import scale
+from helm_plan.plan.dense import scale_arrays
 from helm_plan.policies import POLICIES
 from helm_plan.sim import NodeContext, prepare_context
 
@@ -45,25 +43,22 @@ def capacity_inputs(cfg: AnalyzeConfig) -> CapacityInputs:
 
 
 def stage_capacity(
-    table: pa.Table,
     ctx: NodeContext,
     inp: CapacityInputs,
     progress: Progress | None = None,
     executor: Executor | None = None,
 ) -> StageOutput:
     """The capacity stage's tables and scalars (the stage cache stores them)."""
-    c: Capacity = capacity(table, ctx, inp, executor=executor, progress=progress)
+    c: Capacity = capacity(ctx, inp, executor=executor, progress=progress)
     return StageOutput(tables=capacity_tables(c), meta=capacity_meta(c))
 
 
-def operating_context(
-    table: pa.Table, ctx: NodeContext, factor: float, seed: int, window_s: float
-) -> NodeContext:
+def operating_context(ctx: NodeContext, factor: float, seed: int, window_s: float) -> NodeContext:
     """One node's share of the planned traffic: the trace scaled by ``factor`` (users)."""
     if abs(factor - 1.0) < 1e-12:
         return ctx
-    t, _ = scale(table, factor, by="users", window_s=window_s, seed=seed)
-    return prepare_context(from_table(t, seed=seed), ctx.gpu, ctx.model, ctx.latency,
+    t, _ = scale_arrays(ctx.arrays, factor, by="users", window_s=window_s, seed=seed)
+    return prepare_context(t, ctx.gpu, ctx.model, ctx.latency,
                            pool_bytes=ctx.pool_bytes, latency_profile=ctx.latency_profile)  # fmt: skip
 
 

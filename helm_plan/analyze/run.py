@@ -211,19 +211,15 @@ def _run_analyze(
             cached_or("curves", lambda tick: stage_curves(ctx, cfg.curves, tick))
         op_ctx, ocfg, keys_op, fits = ctx, cfg.oracle, {}, False
         if cfg.capacity:
-            table = trace.read(tpath)
+            # the plan and the operating point scale the loaded arrays (plan.dense): the
+            # trace is never read as a table (history lists included: ~0.7 KB a request)
             keys["capacity"] = stable_hash({**base, "stage": "capacity",
                                             "plan": asdict(capacity_inputs(cfg))})  # fmt: skip
             cap = cached_or("capacity", lambda tick: stage_capacity(
-                table, ctx, capacity_inputs(cfg), tick, executor))  # fmt: skip
-            op_ctx = operating_context(
-                table, ctx, cap.meta["per_node_factor"], cfg.seed, cfg.window_s
-            )
+                ctx, capacity_inputs(cfg), tick, executor))  # fmt: skip
+            op_ctx = operating_context(ctx, cap.meta["per_node_factor"], cfg.seed, cfg.window_s)
             op_ctx = executor.share(op_ctx)  # the oracle's trace (ctx itself if unscaled)
             keys_op = {"op": cap.meta["per_node_factor"]}
-            # the whole trace as an Arrow table (history lists included: ~0.7 KB a request)
-            # was only needed to plan and scale; hand it back before the oracle runs
-            del table
             if curves_bg is None:  # the trace as it is served inspect, curves and the plan only
                 del ctx
             release_memory()

@@ -1,6 +1,7 @@
 """Capacity planning: scale a trace to the planned traffic, find the minimal fleet per choice.
 
-- :mod:`.scale`: add users (default) or compress time to reach a target load;
+- :mod:`.scale`: add users (default) or compress time to reach a target load
+  (:mod:`.dense` does it to the loaded arrays);
 - :mod:`.search`: the minimal fleet size by bracket and bisection, and its cost;
 - :mod:`.loadcurve`: one node's P99 against offered load, and its maximum QPS;
 - :mod:`.run`: the plan itself (GPU × policy × router), :mod:`.result` its tables and plan.json.
@@ -9,6 +10,7 @@
 from __future__ import annotations
 
 from helm_plan.plan.config import PlanConfig
+from helm_plan.plan.dense import scale_arrays
 from helm_plan.plan.gpus import GpuSetup, default_policies, gpu_setups
 from helm_plan.plan.loadcurve import LoadCurve, LoadPoint, LoadSetup, load_curve
 from helm_plan.plan.result import PlanResult, plan_doc
@@ -39,4 +41,5 @@ __all__ = [
     "plan",
     "plan_doc",
     "scale",
+    "scale_arrays",
 ]

@@ -15,16 +15,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 
-from helm_plan.arrays import from_table
+from helm_plan.arrays import TraceArrays
 from helm_plan.cluster import ClusterConfig
 from helm_plan.config import require_positive, require_range
 from helm_plan.exec import Executor, Progress, SerialExecutor
 from helm_plan.latency.model import LatencyModel
 from helm_plan.oracle import OracleConfig
+from helm_plan.plan.dense import scale_arrays
 from helm_plan.plan.evaluate import meets
-from helm_plan.plan.scale import MAX_FACTOR, scale
+from helm_plan.plan.scale import MAX_FACTOR
 from helm_plan.profiles import GpuProfile, LatencyProfile, ModelProfile
 from helm_plan.sim import NodeConfig, prepare_context, simulate_node
 
@@ -33,8 +33,8 @@ from helm_plan.sim import NodeConfig, prepare_context, simulate_node
 class LoadSetup:
     """One node and one trace, to be served at scaled loads."""
 
-    table: pa.Table
-    """The canonical trace at its own load."""
+    trace: TraceArrays
+    """The trace at its own load (dense arrays; each load point scales them)."""
     gpu: GpuProfile
     """GPU profile."""
     model: ModelProfile
@@ -81,9 +81,9 @@ class LoadPoint:
 
 
 def _context(s: LoadSetup, factor: float):
-    t, info = scale(s.table, factor, by=s.scale_by, window_s=s.node.window_s, seed=s.seed)
+    t, info = scale_arrays(s.trace, factor, by=s.scale_by, window_s=s.node.window_s, seed=s.seed)
     ctx = prepare_context(
-        from_table(t, seed=s.seed), s.gpu, s.model, s.latency, pool_bytes=s.pool_bytes,
+        t, s.gpu, s.model, s.latency, pool_bytes=s.pool_bytes,
         latency_profile=s.latency_profile,
     )  # fmt: skip
     return ctx, info
@@ -125,7 +125,7 @@ def start_factor(s: LoadSetup, target_utilisation: float = 0.8) -> float:
     res = simulate_node(ctx, 0.5, s.node)
     work = res.service_s / np.maximum(res.batch_size, 1)
     per_w = np.bincount(res.window_idx, weights=work)
-    ts = s.table.column("ts_s").to_numpy()
+    ts = s.trace.ts_s
     span = min(s.node.window_s, float(ts[-1] - ts[0])) if len(ts) > 1 else s.node.window_s
     peak = float(per_w.max()) / (span * s.node.slots) if len(per_w) and span > 0 else 0.0
     return min(target_utilisation / peak, MAX_FACTOR) if peak > 0 else 1.0
@@ -167,7 +167,7 @@ def load_curve(
     for f in factors:
         require_positive("load factor", f)
     ex = executor or SerialExecutor()
-    n = setup.table.num_rows
+    n = setup.trace.n_requests
     f_cap = setup.max_requests / n if setup.scale_by == "users" and n else MAX_FACTOR
     f_cap = min(f_cap, MAX_FACTOR)
     clamped = sorted({min(float(f), f_cap) for f in factors})
@@ -216,7 +216,7 @@ def load_curve(
         ok = df.filter((pl.col("policy") == p) & pl.col("passes")).sort("qps")
         max_qps[p] = float(ok["qps"][-1]) if ok.height else float("nan")
         ratio_at[p] = float(ok["ratio"][-1]) if ok.height else float("nan")
-    ts = setup.table.column("ts_s").to_numpy()
+    ts = setup.trace.ts_s
     base = len(ts) / float(ts[-1] - ts[0]) if len(ts) > 1 and ts[-1] > ts[0] else np.nan
     return LoadCurve(
         points=df,

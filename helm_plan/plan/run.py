@@ -24,16 +24,18 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import pyarrow as pa
 
-from helm_plan.arrays import from_table
+from helm_plan.arrays import TraceArrays, from_table
 from helm_plan.cluster import ClusterConfig
 from helm_plan.exec import Executor, Progress, SerialExecutor
 from helm_plan.plan.config import BASELINE_POLICY, PlanConfig
+from helm_plan.plan.dense import scale_arrays
 from helm_plan.plan.evaluate import meets
 from helm_plan.plan.gpus import GpuSetup, default_policies, gpu_setups
 from helm_plan.plan.loadcurve import LoadSetup, load_curve, start_factor
 from helm_plan.plan.result import Combo, PlanResult, build_result
-from helm_plan.plan.scale import factor_for, scale
+from helm_plan.plan.scale import factor_for_ts
 from helm_plan.plan.search import Point, first_guess, minimal_nodes
 from helm_plan.policies import parse_policy
 from helm_plan.profiles import (
@@ -43,12 +45,12 @@ from helm_plan.sim import NodeConfig
 from helm_plan.sim.context import NodeContext, prepare_context
 
 
-def _scaled(table, cfg: PlanConfig, window_s: float):
+def _scaled(arrays: TraceArrays, cfg: PlanConfig, window_s: float):
     if cfg.peak_qps is not None:
-        k = factor_for(table, peak_qps_target=cfg.peak_qps, window_s=window_s)
+        k = factor_for_ts(arrays.ts_s, peak_qps_target=cfg.peak_qps, window_s=window_s)
     else:
         k = cfg.scale if cfg.scale is not None else 1.0
-    return scale(table, k, by=cfg.scale_by, window_s=window_s, seed=cfg.seed)
+    return scale_arrays(arrays, k, by=cfg.scale_by, window_s=window_s, seed=cfg.seed)
 
 
 def _combo(shared: tuple[list[NodeContext], NodeConfig, PlanConfig, dict], item) -> Combo:
@@ -77,14 +79,18 @@ def _combo(shared: tuple[list[NodeContext], NodeConfig, PlanConfig, dict], item)
 
 
 def plan(
-    table,
+    trace: TraceArrays | pa.Table,
     cfg: PlanConfig,
     *,
     setups: Sequence[GpuSetup] | None = None,
     executor: Executor | None = None,
     progress: Progress | None = None,
 ) -> PlanResult:
-    """Plan ``table`` (a canonical trace) for ``cfg`` (see the module docstring).
+    """Plan ``trace`` for ``cfg`` (see the module docstring).
+
+    ``trace`` is the loaded arrays (:func:`~helm_plan.arrays.from_file`: the trace is
+    never held as a table) or a canonical table (densified with ``cfg.seed``); the
+    plan is the same for both.
 
     ``setups`` replaces the GPUs named in ``cfg`` (tests pass hand-made latency models).
     """
@@ -96,15 +102,17 @@ def plan(
         parse_policy(p)  # a precise error before any work
     setups = list(setups) if setups is not None else gpu_setups(cfg, model)
     ex = executor or SerialExecutor()
-    scaled, scaling = _scaled(table, cfg, ncfg.window_s)
-    arrays = from_table(scaled, seed=cfg.seed)
+    if isinstance(trace, pa.Table):
+        trace = from_table(trace, seed=cfg.seed)
+    arrays, scaling = _scaled(trace, cfg, ncfg.window_s)
+    del trace  # the load points scale the planned arrays (a table's densified copy goes)
     ctxs = [prepare_context(arrays, s.gpu, model, s.latency, pool_bytes=cfg.pool_bytes,
                             pool_fraction=cfg.pool_fraction, latency_profile=s.latency_profile)
             for s in setups]  # fmt: skip
     del arrays  # held by the contexts (one copy for all GPUs), shared below
     curves, starts, starts_r = [], {}, {}
     for gi, (s, ctx) in enumerate(zip(setups, ctxs, strict=True)):
-        ls = LoadSetup(table=scaled, gpu=s.gpu, model=model, latency=s.latency,
+        ls = LoadSetup(trace=ctx.arrays, gpu=s.gpu, model=model, latency=s.latency,
                        latency_profile=s.latency_profile, pool_bytes=ctx.pool_bytes, node=ncfg,
                        oracle=cfg.oracle, scale_by=cfg.scale_by, attainment=cfg.attainment,
                        seed=cfg.seed, max_requests=cfg.load_max_requests)  # fmt: skip

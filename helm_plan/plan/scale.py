@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from helm_plan import trace
 from helm_plan.config import require_positive
-from helm_plan.errors import ConfigError
+from helm_plan.errors import ConfigError, TraceError
 
 
 class ScaleBy(StrEnum):
@@ -82,51 +82,86 @@ def _mean_qps(ts: np.ndarray) -> float:
 
 def factor_for(table: pa.Table, *, peak_qps_target: float, window_s: float) -> float:
     """K that brings the busiest ``window_s`` window to ``peak_qps_target`` (before rounding)."""
+    return factor_for_ts(table.column("ts_s").to_numpy(), peak_qps_target=peak_qps_target,
+                         window_s=window_s)  # fmt: skip
+
+
+def factor_for_ts(ts_s: np.ndarray, *, peak_qps_target: float, window_s: float) -> float:
+    """:func:`factor_for` from the arrival times alone."""
     require_positive("peak_qps", peak_qps_target)
-    peak = peak_qps(table.column("ts_s").to_numpy(), window_s)
+    peak = peak_qps(ts_s, window_s)
     if not peak > 0:
         raise ConfigError("the trace has no requests to scale", hint="pass a non-empty trace")
     return peak_qps_target / peak
 
 
-def scale(
-    table: pa.Table, factor: float, *, by: str = "users", window_s: float = 10.0, seed: int = 0
-) -> tuple[pa.Table, Scaling]:
-    """``table`` scaled to ``factor`` times its arrival rate (see the module docstring)."""
+def check_scaling(factor: float, by: str, n_rows: int) -> None:
+    """Refuse a factor or method :func:`scale` cannot apply (before any work)."""
     require_positive("scale factor", factor)
     if not np.isfinite(factor) or factor > MAX_FACTOR:
         raise ConfigError(f"scale factor must be finite and <= {MAX_FACTOR:g}, got {factor}",
                           hint="pass a smaller --scale or --peak-qps")  # fmt: skip
     if by not in set(ScaleBy):
         raise ConfigError(f"unknown scaling {by!r}", hint="use users or time")
-    if table.num_rows == 0:
+    if n_rows == 0:
         raise ConfigError("the trace has no requests to scale", hint="pass a non-empty trace")
+
+
+def scale(
+    table: pa.Table, factor: float, *, by: str = "users", window_s: float = 10.0, seed: int = 0
+) -> tuple[pa.Table, Scaling]:
+    """``table`` scaled to ``factor`` times its arrival rate (see the module docstring)."""
+    check_scaling(factor, by, table.num_rows)
     ts = table.column("ts_s").to_numpy()
     users = table.column("user_id").to_numpy()
     out = _by_time(table, factor) if by == ScaleBy.TIME else _by_users(table, factor, seed)
-    ts2 = out.column("ts_s").to_numpy()
     items = pc.count_distinct(pc.list_flatten(table.column("new_items"))).as_py()
-    info = Scaling(
-        method=str(by), factor=float(factor),
-        qps_before=_mean_qps(ts), qps_after=_mean_qps(ts2),
-        peak_qps_before=peak_qps(ts, window_s), peak_qps_after=peak_qps(ts2, window_s),
-        users_before=int(len(np.unique(users))),
-        users_after=int(len(np.unique(out.column("user_id").to_numpy()))),
-        items=int(items),
-    )  # fmt: skip
+    info = scaling_info(str(by), factor, ts, users, out.column("ts_s").to_numpy(),
+                        len(np.unique(out.column("user_id").to_numpy())), int(items),
+                        window_s)  # fmt: skip
     return out, info
 
 
-def _by_time(table: pa.Table, k: float) -> pa.Table:
-    ts = table.column("ts_s").to_numpy()
+def scaling_info(
+    by: str, factor: float, ts: np.ndarray, users: np.ndarray, ts2: np.ndarray,
+    users_after: int, items: int, window_s: float,
+) -> Scaling:  # fmt: skip
+    """What scaling ``ts`` (by ``users``) to ``ts2`` did, as recorded in plans and reports."""
+    return Scaling(
+        method=by, factor=float(factor),
+        qps_before=_mean_qps(ts), qps_after=_mean_qps(ts2),
+        peak_qps_before=peak_qps(ts, window_s), peak_qps_after=peak_qps(ts2, window_s),
+        users_before=int(len(np.unique(users))), users_after=int(users_after), items=items,
+    )  # fmt: skip
+
+
+def time_scaled(ts: np.ndarray, k: float) -> np.ndarray:
+    """Arrival times with every gap divided by ``k`` (the first arrival kept)."""
     t0 = ts[0]
-    new = t0 + (ts - t0) / k
+    return t0 + (ts - t0) / k
+
+
+def _by_time(table: pa.Table, k: float) -> pa.Table:
+    new = time_scaled(table.column("ts_s").to_numpy(), k)
     return table.set_column(table.column_names.index("ts_s"), "ts_s", pa.array(new))
 
 
 def _by_users(table: pa.Table, k: float, seed: int) -> pa.Table:
-    ts = table.column("ts_s").to_numpy()
-    users = table.column("user_id").to_numpy().astype(np.int64)
+    rows, t, uid = users_plan(table.column("ts_s").to_numpy(),
+                              table.column("user_id").to_numpy().astype(np.int64), k, seed)  # fmt: skip
+    out = table.take(pa.array(rows))
+    out = out.set_column(out.column_names.index("ts_s"), "ts_s", pa.array(t))
+    out = out.set_column(out.column_names.index("user_id"), "user_id", pa.array(uid))
+    return trace.validate(out, source="scaled trace")
+
+
+def users_plan(
+    ts: np.ndarray, users: np.ndarray, k: float, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The users-scaled trace as (source row, arrival time, user id) per request, in its order.
+
+    ``users`` are the original (int64) ids; clone ``c`` of user ``u`` is ``u + c * stride``.
+    """
     t0 = float(ts[0])
     span = float(ts[-1] - t0)
     # one past the last arrival keeps a clone shifted by a full span apart from the original
@@ -154,12 +189,13 @@ def _by_users(table: pa.Table, k: float, seed: int) -> pa.Table:
         times.append(t)
         ids.append(users[rows] + c * stride)
     rows = np.concatenate(parts)
+    if len(rows) == 0:
+        raise TraceError("scaled trace is empty (0 requests)",
+                         hint=f"a factor of {k:g} keeps none of the users; pass a larger "
+                              "--scale or --peak-qps")  # fmt: skip
     t = np.concatenate(times)
     uid = np.concatenate(ids)
     # stable by time, then clone: each user's own requests keep their order unless the
     # wrap splits the user's timeline (their tail then opens the span)
     order = np.lexsort((np.arange(len(t)), t))
-    out = table.take(pa.array(rows[order]))
-    out = out.set_column(out.column_names.index("ts_s"), "ts_s", pa.array(t[order]))
-    out = out.set_column(out.column_names.index("user_id"), "user_id", pa.array(uid[order]))
-    return trace.validate(out, source="scaled trace")
+    return rows[order], t[order], uid[order]

@@ -8,6 +8,7 @@ import numpy as np
 from brute import coeff_latency
 from conftest import small_table
 
+from helm_plan.arrays import from_table
 from helm_plan.oracle import OracleConfig
 from helm_plan.plan.loadcurve import LoadSetup, load_curve, run_point
 from helm_plan.profiles import load_gpu, load_model
@@ -18,7 +19,7 @@ def _setup(slo_ms=3.0):
     t = small_table(1500, n_users=120, n_items=800, max_new=4, n_candidates=8,
                     rate_qps=100.0, seed=8)  # fmt: skip
     return LoadSetup(
-        table=t, gpu=load_gpu("a100-80g"), model=load_model("gr-small"),
+        trace=from_table(t, seed=0), gpu=load_gpu("a100-80g"), model=load_model("gr-small"),
         latency=coeff_latency(), latency_profile=None, pool_bytes=4_000_000,
         node=NodeConfig(slo_ms=slo_ms, window_s=2.0),
         oracle=OracleConfig(trials=0, coarse_step=0.5), attainment=0.95,

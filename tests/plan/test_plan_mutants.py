@@ -15,7 +15,6 @@ import math
 from types import SimpleNamespace
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from helm_plan.errors import ConfigError
@@ -34,10 +33,10 @@ fails below factor 1.5 (a non-monotone policy)."""
 
 def _setup(n=100, span=9.9, t0=0.0, ts=None, **kw) -> LoadSetup:
     ts = np.linspace(t0, t0 + span, n) if ts is None else np.asarray(ts, np.float64)
-    table = pa.table({"ts_s": ts})
+    trace = SimpleNamespace(ts_s=ts, n_requests=len(ts))  # what the curve reads of the arrays
     base = {"gpu": None, "model": None, "latency": None, "latency_profile": None,
             "pool_bytes": 0, "node": None, "oracle": None, "max_requests": 1000}  # fmt: skip
-    return LoadSetup(table=table, **(base | kw))
+    return LoadSetup(trace=trace, **(base | kw))
 
 
 @pytest.fixture
@@ -198,12 +197,9 @@ def test_base_qps_is_requests_over_the_trace_span(calls, ts, want):
 def test_a_load_point_scales_builds_and_asks_meets(monkeypatch):
     seen: dict = {}
 
-    def fake_scale(table, factor, *, by, window_s, seed):
-        seen["scale"] = (table, factor, by, window_s, seed)
+    def fake_scale(arrays, factor, *, by, window_s, seed):
+        seen["scale"] = (arrays, factor, by, window_s, seed)
         return "SCALED", SimpleNamespace(qps_after=123.0)
-
-    def fake_from_table(t, *, seed):
-        return ("ARRAYS", t, seed)
 
     def fake_prepare(arrays, gpu, model, latency, *, pool_bytes, latency_profile):
         seen["prepare"] = (arrays, gpu, model, latency, pool_bytes, latency_profile)
@@ -213,8 +209,7 @@ def test_a_load_point_scales_builds_and_asks_meets(monkeypatch):
         seen["meets"] = (ctx, cfg, spec, oracle, attainment, hint)
         return SimpleNamespace(p99_ms=4.5, slo_attainment=0.97, passes=True, ratio=0.4)
 
-    monkeypatch.setattr(loadcurve, "scale", fake_scale)
-    monkeypatch.setattr(loadcurve, "from_table", fake_from_table)
+    monkeypatch.setattr(loadcurve, "scale_arrays", fake_scale)
     monkeypatch.setattr(loadcurve, "prepare_context", fake_prepare)
     monkeypatch.setattr(loadcurve, "meets", fake_meets)
     node = NodeConfig(window_s=3.0)
@@ -222,8 +217,8 @@ def test_a_load_point_scales_builds_and_asks_meets(monkeypatch):
                node=node, oracle="ORACLE", scale_by="time", attainment=0.97, seed=5)  # fmt: skip
     pt = loadcurve.run_point(s, ("best-static", 2.5, 0.3))
     assert pt == LoadPoint("best-static", 2.5, 123.0, 4.5, 0.97, True, 0.4)
-    assert seen["scale"] == (s.table, 2.5, "time", 3.0, 5)
-    assert seen["prepare"] == (("ARRAYS", "SCALED", 5), "GPU", "MODEL", "LAT", 77, "PROF")
+    assert seen["scale"] == (s.trace, 2.5, "time", 3.0, 5)
+    assert seen["prepare"] == ("SCALED", "GPU", "MODEL", "LAT", 77, "PROF")
     ctx, cfg, spec, oracle, att, hint = seen["meets"]
     assert (ctx, spec, oracle, att, hint) == ("CTX", "best-static", "ORACLE", 0.97, 0.3)
     assert (cfg.nodes, cfg.node, cfg.seed) == (1, node, 5)

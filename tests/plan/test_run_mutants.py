@@ -14,6 +14,7 @@ import math
 from types import SimpleNamespace
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from helm_plan.errors import ConfigError
@@ -31,31 +32,34 @@ from helm_plan.sim import NodeConfig
 def scaling_calls(monkeypatch):
     seen = []
 
-    def factor_for(table, *, peak_qps_target, window_s):
-        seen.append(("factor_for", table, peak_qps_target, window_s))
+    def factor_for_ts(ts, *, peak_qps_target, window_s):
+        seen.append(("factor_for", ts, peak_qps_target, window_s))
         return 2.75
 
-    def scale(table, k, *, by, window_s, seed):
-        seen.append(("scale", table, k, by, window_s, seed))
+    def scale_arrays(arrays, k, *, by, window_s, seed):
+        seen.append(("scale", arrays, k, by, window_s, seed))
         return "OUT"
 
-    monkeypatch.setattr(run, "factor_for", factor_for)
-    monkeypatch.setattr(run, "scale", scale)
+    monkeypatch.setattr(run, "factor_for_ts", factor_for_ts)
+    monkeypatch.setattr(run, "scale_arrays", scale_arrays)
     return seen
+
+
+T = SimpleNamespace(ts_s="TS")  # the arrays: the factor reads their arrival times
 
 
 def test_scaled_by_peak_qps(scaling_calls):
     cfg = PlanConfig(peak_qps=500.0, scale_by="time", seed=4)
-    assert run._scaled("T", cfg, 7.0) == "OUT"
-    assert scaling_calls == [("factor_for", "T", 500.0, 7.0), ("scale", "T", 2.75, "time", 7.0, 4)]
+    assert run._scaled(T, cfg, 7.0) == "OUT"
+    assert scaling_calls == [("factor_for", "TS", 500.0, 7.0), ("scale", T, 2.75, "time", 7.0, 4)]
 
 
 def test_scaled_by_factor_or_not_at_all(scaling_calls):
-    run._scaled("T", PlanConfig(scale=3.0, seed=2), 5.0)
-    run._scaled("T", PlanConfig(), 5.0)
+    run._scaled(T, PlanConfig(scale=3.0, seed=2), 5.0)
+    run._scaled(T, PlanConfig(), 5.0)
     assert scaling_calls == [
-        ("scale", "T", 3.0, "users", 5.0, 2),
-        ("scale", "T", 1.0, "users", 5.0, 0),
+        ("scale", T, 3.0, "users", 5.0, 2),
+        ("scale", T, 1.0, "users", 5.0, 0),
     ]
 
 
@@ -93,7 +97,8 @@ def _ctx(n_windows=4, window_s=5.0, pool=100, foot=50):
         assert w == window_s
         return n_windows
 
-    return SimpleNamespace(n_windows=nw, pool_bytes=pool, footprint_bytes=foot)
+    return SimpleNamespace(n_windows=nw, pool_bytes=pool, footprint_bytes=foot,
+                           arrays=f"ARRAYS-{pool}")  # fmt: skip
 
 
 def _shared(starts_r=None, max_nodes=6):
@@ -241,10 +246,10 @@ def test_plan_hands_every_step_its_arguments(stubs):
     assert stubs.calls[0] == ("load_model", ("some-model",), {})
     (_, (table, cfg_seen, window_s), _) = next(c for c in stubs.calls if c[0] == "_scaled")
     assert (table, cfg_seen, window_s) == ("TABLE", cfg, 5.0)
-    assert next(c for c in stubs.calls if c[0] == "from_table")[1:] == (("SCALED",), {"seed": 5})
+    assert "from_table" not in names  # arrays are scaled as they are
     pcs = [c for c in stubs.calls if c[0] == "prepare_context"]
     assert [c[1:] for c in pcs] == [
-        (("ARRAYS", s.gpu, stubs.model, s.latency),
+        (("SCALED", s.gpu, stubs.model, s.latency),
          {"pool_bytes": 1000, "pool_fraction": None, "latency_profile": s.latency_profile})
         for s in setups
     ]  # fmt: skip
@@ -253,7 +258,7 @@ def test_plan_hands_every_step_its_arguments(stubs):
     assert ncfg.slo_ms == 42.0 and ncfg.window_s == 5.0
     # one load setup per GPU, with that GPU's context pool
     for ls, s, pool in zip(stubs.ls, setups, (111, 222), strict=True):
-        assert ls.table == "SCALED" and ls.gpu is s.gpu and ls.model is stubs.model
+        assert ls.trace == f"ARRAYS-{pool}" and ls.gpu is s.gpu and ls.model is stubs.model
         assert ls.latency == s.latency and ls.latency_profile == s.latency_profile
         assert ls.pool_bytes == pool and ls.node == ncfg and ls.oracle is cfg.oracle
         assert (ls.scale_by, ls.attainment, ls.seed, ls.max_requests) == ("time", 0.97, 5, 777)
@@ -288,6 +293,15 @@ def test_plan_hands_every_step_its_arguments(stubs):
     )
     assert built[6] == [("COMBO", *it) for it in call.items]
     assert built[7:] == (("emb-max", "best-static"), ("helm", "jsq"))
+
+
+def test_plan_densifies_a_table_with_the_plan_seed_first(stubs):
+    table = pa.table({"ts_s": [0.0, 1.0]})
+    run.plan(table, _plan_cfg(), setups=[_gs("g0", 2.0)])
+    names = [c[0] for c in stubs.calls]
+    assert names.index("from_table") < names.index("_scaled")
+    assert next(c for c in stubs.calls if c[0] == "from_table")[1:] == ((table,), {"seed": 5})
+    assert next(c for c in stubs.calls if c[0] == "_scaled")[1][0] == "ARRAYS"
 
 
 def test_plan_slo_max_nodes_and_no_load_curve(stubs):
