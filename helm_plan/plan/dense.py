@@ -54,8 +54,11 @@ def scale_arrays(
     else:
         rows, t, uid = users_plan(a.ts_s, users, factor, seed)
         out = _gather(a, rows, t, uid, int(seed))
-    # distinct history items, as the table's count of distinct new_items
-    items = int(np.count_nonzero(np.bincount(a.hist_values, minlength=a.n_items)))
+    # distinct history items, as the table's count of distinct new_items (a bitmap: a
+    # bincount would widen every token to int64 first, 8 bytes a token of transient)
+    seen = np.zeros(a.n_items, np.bool_)
+    _mark(a.hist_values, seen)
+    items = int(np.count_nonzero(seen))
     info = scaling_info(str(by), factor, a.ts_s, users, out.ts_s, out.n_users, items, window_s)
     return out, info
 
@@ -115,6 +118,12 @@ def _used_items(a: TraceArrays, rows: np.ndarray) -> np.ndarray:
     if a.explicit_candidates:
         _mark_cands(seen, a.cand_offsets, a.cand_values, used)
     return used
+
+
+@nb.njit(cache=True)
+def _mark(ids, seen):  # noqa: ANN001
+    for v in ids:
+        seen[v] = True
 
 
 @nb.njit(cache=True)
