@@ -9,6 +9,7 @@ import pytest
 
 from helm_plan import exec as executors
 from helm_plan.errors import ConfigError, HelmPlanError
+from helm_plan.exec import counters
 
 
 def _square_plus(shared, x):
@@ -47,6 +48,28 @@ def test_process_pool_sends_shared_once_per_worker():
     for p, ident in got:
         by_pid.setdefault(p, set()).add(ident)
     assert all(len(ids) == 1 for ids in by_pid.values())
+
+
+def _count_work(shared, x):
+    counters.add({"test-work": {"units": x, "calls": 1}})
+    return os.getpid()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_work_counted_in_workers_comes_back_to_the_driver(workers):
+    work = counters.counter("test-work", "units", "calls")
+    before = dict(work)
+    pids = executors.local(workers).map(_count_work, list(range(10)), shared=None)
+    assert (os.getpid() not in pids) == (workers == 2)  # the counting did happen elsewhere
+    assert work["units"] - before["units"] == sum(range(10))
+    assert work["calls"] - before["calls"] == 10
+
+
+def test_counted_returns_only_what_the_call_added():
+    counters.add({"test-other": {"n": 5}})  # before the call: not in its increments
+    got, inc = counters.counted(_count_work, None, 3)
+    assert got == os.getpid() and inc == {"test-work": {"units": 3, "calls": 1}}
+    assert counters.counted(lambda a, b: a + b, 1, 2) == (3, {})
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -126,6 +149,7 @@ def test_trickle_keeps_one_task_in_flight_and_background_reraises():
 _ORPHAN = """
 import os, signal, sys
 from helm_plan import exec as executors
+from helm_plan.exec import counters
 
 def pid(shared, x):
     return os.getpid()

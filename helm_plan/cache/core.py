@@ -39,7 +39,6 @@ linked list.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,15 +47,15 @@ from helm_plan.arrays import TraceArrays
 from helm_plan.cache import _kernels as K
 from helm_plan.cache.keys import EmbKeys, emb_keys
 from helm_plan.errors import ConfigError
+from helm_plan.exec import counters
 from helm_plan.profiles import ModelProfile
 
 _QUEUE_SLACK = 1024
-_REPLAYED_LOCK = threading.Lock()
-
-REPLAYED = {"requests": 0}
-"""Requests replayed through the caches by this process (every replay goes through
-:func:`replay`): divided by a trace's length, how many times it was replayed. For tests
-and benchmarks that count the work a pipeline does; nothing reads it otherwise."""
+REPLAYED = counters.counter("replay", "requests")
+"""Requests replayed through the caches (every replay goes through :func:`replay`),
+under ``"requests"``: divided by a trace's length, how many times it was replayed. Pool
+workers' replays are added back into the driver's count (:mod:`helm_plan.exec.counters`).
+For tests and benchmarks that count the work a pipeline does; nothing reads it otherwise."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -319,8 +318,7 @@ def replay(
             hint="pass np.zeros(workload.n_keys, np.float32)",
         )
     out = np.zeros((K.N_OUT, stop - start), np.int64)
-    with _REPLAYED_LOCK:  # the carry oracle replays forks on several threads
-        REPLAYED["requests"] += stop - start
+    counters.add({"replay": {"requests": stop - start}})  # locked: forks replay on threads
     k = wl.keys
     pf_done = K.replay(
         a.ts_s, a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off, *token_ring(a),

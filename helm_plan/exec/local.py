@@ -18,6 +18,7 @@ from multiprocessing import shared_memory
 from typing import Any, TypeVar
 
 from helm_plan.config import require_int
+from helm_plan.exec import counters
 from helm_plan.exec.base import Executor, ExecutorError, Progress, task_error
 
 T = TypeVar("T")
@@ -162,7 +163,8 @@ def _driver_view(ref: Ref) -> Any | None:
 
 def _call(fn: Callable[[Any, Any], Any], refs: tuple[Ref, ...], whole: bool, item: Any) -> Any:
     parts = tuple(_load(r) for r in refs)
-    return fn(parts[0] if whole else parts, item)
+    # the result and the task's work counts (the driver adds them into its own)
+    return counters.counted(fn, parts[0] if whole else parts, item)
 
 
 class ProcessExecutor(Executor):
@@ -360,9 +362,10 @@ class ProcessExecutor(Executor):
                 for f in finished:
                     i = futs.pop(f)
                     try:
-                        out[i] = f.result()
+                        out[i], counts = f.result()
                     except Exception as e:
                         raise task_error(e, label(items[i]) if label else _default_label(i)) from e
+                    counters.add(counts)
                     done += 1
                     if progress:
                         progress(done, total)

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from helm_plan.exec import counters
 from helm_plan.exec.base import Executor, ExecutorError, Progress, task_error
 
 T = TypeVar("T")
@@ -81,7 +82,8 @@ def _shared(box: list[Any]) -> Any:
 
 
 def _run_task(fn: Callable[[Any, Any], Any], box: list[Any], item: Any) -> Any:
-    return fn(_shared(box), item)
+    # the result and the task's work counts (the driver adds them into its own)
+    return counters.counted(fn, _shared(box), item)
 
 
 def check_address(address: str) -> None:
@@ -229,10 +231,11 @@ class RayExecutor(Executor):
                 for ref in ready:
                     i = index.pop(ref)
                     try:
-                        out[i] = ray.get(ref)
+                        out[i], counts = ray.get(ref)
                     except Exception as e:
                         what = label(items[i]) if label else f"task {i}"
                         raise self._error(e, what) from None
+                    counters.add(counts)
                     done += 1
                     if progress:
                         progress(done, total)

@@ -68,9 +68,12 @@ def _static_replays(res) -> int:
 
 
 def test_workers_do_not_change_results(serial, small_trace, tmp_path):
-    res1, _ = serial
+    res1, replayed1 = serial
     plan = {**PLAN, "analyze": {**PLAN["analyze"], "workers": 2}}
+    before = core.REPLAYED["requests"]
     res2 = run_analyze(small_trace, build_config(plan), tmp_path / "out")
+    # the same work, wherever it ran: the workers' replays come back to the driver's count
+    assert core.REPLAYED["requests"] - before == replayed1
     s1 = {k: v for k, v in res1.summary.items() if k != "timings_s"}
     s2 = {k: v for k, v in res2.summary.items() if k != "timings_s"}
     assert json.dumps(s1, sort_keys=True, default=str).replace(str(res1.out_dir), "") == json.dumps(
