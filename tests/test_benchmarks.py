@@ -171,6 +171,11 @@ CASES = {
         "--workers 1 --duration-s 12 --trials 2 --qps-scale 0.1 --json {d}/regimes.json",
         ("gr-small: mean r* by regime", "gr-large: mean r* by regime"),
     ),
+    "bench_scale": Case(
+        "bench_scale",
+        "--requests 2000 --factors 1,2.5,0.5 --dir {d}",
+        ("| figure | ours | peer (same run) | ratio |", "same arrays at every factor: True"),
+    ),
     "bench_sim": Case(
         "bench_sim",
         "--requests-peer 300 --trials 1 --workers 1 --duration-s 5",
