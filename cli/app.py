@@ -147,8 +147,8 @@ class _Group(TyperGroup):
             if _debug["on"]:
                 raise
             raise _fail(INTERRUPT_LINE.removeprefix("error: "), INTERRUPTED) from None
-        except (typer.Exit, typer.Abort, typer.TyperException):
-            raise
+        except (typer.Exit, typer.Abort, typer.TyperException, BrokenPipeError):
+            raise  # a closed stdout (`| head`) is not a bug: main() ends quietly
         except Exception as e:
             if _debug["on"]:
                 raise

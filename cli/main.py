@@ -86,6 +86,13 @@ def main() -> None:
     except KeyboardInterrupt:  # while loading, before the app maps it to its line
         sys.stderr.write(INTERRUPT_LINE + "\n")
         code = INTERRUPTED
+    except BrokenPipeError:
+        # the reader of stdout went away (`helm-plan ... | head`): nothing is wrong with
+        # the run, but nothing more can be shown. Point stdout at /dev/null so the exit's
+        # flush cannot raise again, and exit 1 as Python does on EPIPE (its docs' recipe).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(1)
     if code is None:
         return
     # Interrupted (outside the except block, so the unwound frames are freed): skip

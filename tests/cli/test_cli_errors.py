@@ -54,3 +54,24 @@ def test_unknown_profile_lists_the_shipped_ones(tmp_path):
     )
     assert res.exit_code == 2
     assert not (tmp_path / "c.parquet").exists()
+
+
+CLOSED_STDOUT = """
+import sys
+import rich.console
+from helm_plan_cli.main import main
+
+def gone(*a, **kw):  # what a print does once the reader of stdout has gone (`| head`)
+    raise BrokenPipeError(32, "Broken pipe")
+
+rich.console.Console.print = gone
+sys.argv = ["helm-plan", "profiles"]
+main()
+"""
+
+
+def test_a_closed_stdout_ends_quietly_not_as_a_bug():
+    # a BrokenPipeError in a command used to be reported as "internal error ... a bug"
+    out = subprocess.run([sys.executable, "-c", CLOSED_STDOUT], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert out.stderr == "", out.stderr
