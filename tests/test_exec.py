@@ -9,7 +9,7 @@ import pytest
 
 from helm_plan import exec as executors
 from helm_plan.errors import ConfigError, HelmPlanError
-from helm_plan.exec import counters
+from helm_plan.exec import blocks, counters
 
 
 def _square_plus(shared, x):
@@ -149,7 +149,7 @@ def test_trickle_keeps_one_task_in_flight_and_background_reraises():
 _ORPHAN = """
 import os, signal, sys
 from helm_plan import exec as executors
-from helm_plan.exec import counters
+from helm_plan.exec import blocks, counters
 
 def pid(shared, x):
     return os.getpid()
@@ -265,14 +265,11 @@ def test_evicted_blocks_are_unmapped_and_results_stay_right():
 
 
 def test_too_little_shared_memory_is_a_clear_error_not_a_bus_error(monkeypatch):
-    import importlib
-
     import numpy as np
 
-    local = importlib.import_module("helm_plan.exec.local")  # the package's ``local`` is a function
     # a tmpfs smaller than the block would let the block be created and then kill the
     # driver with SIGBUS on the first write past its room (Docker's default is 64 MiB)
-    monkeypatch.setattr(local, "_shm_free", lambda: 1 << 20)
+    monkeypatch.setattr(blocks, "shm_free", lambda: 1 << 20)
     ex = executors.local(2)
     with pytest.raises(executors.ExecutorError) as e:
         ex.map(_token_sum, [0, 1], shared=np.ones(1 << 19, np.int64))  # 4 MiB
@@ -282,7 +279,7 @@ def test_too_little_shared_memory_is_a_clear_error_not_a_bus_error(monkeypatch):
     )
     assert ex._pool is None and not ex._published
     # with room (a block of its exact size fits) the same map runs
-    monkeypatch.setattr(local, "_shm_free", lambda: (1 << 22) + 4096)
+    monkeypatch.setattr(blocks, "shm_free", lambda: (1 << 22) + 4096)
     assert ex.map(_token_sum, [0, 1], shared=np.ones(1 << 19, np.int64)) == [1 << 19] * 2
 
 
@@ -321,14 +318,41 @@ def test_share_hands_the_driver_a_view_of_the_published_block():
 
 
 def test_share_keeps_the_object_where_shared_memory_is_short(monkeypatch):
-    import importlib
-
     import numpy as np
 
-    local = importlib.import_module("helm_plan.exec.local")
-    monkeypatch.setattr(local, "_shm_free", lambda: 1 << 20)
+    monkeypatch.setattr(blocks, "shm_free", lambda: 1 << 20)
     obj = np.ones(1 << 19, np.int64)
     with executors.local(2) as ex:
         assert ex.share(obj) is obj and not ex._published and not ex._pinned
         with pytest.raises(executors.ExecutorError, match="shared memory"):  # as before
             ex.map(_token_sum, [0, 1], shared=obj)
+
+
+def _sums(shared, x):
+    return [int(a.sum()) for a in shared["arrays"]], [int(a[0]) for a in shared["arrays"]]
+
+
+def test_a_view_s_arrays_are_referenced_by_later_publications_not_copied():
+    import numpy as np
+
+    obj = {"a": np.arange(1 << 20, dtype=np.int64)}
+    with executors.local(2) as ex:
+        view = ex.share(obj)
+        (view_block,) = [ref[1] for _, ref, _ in ex._published.values()]
+        # an object built over the view (a scaled trace keeps the trace's token arrays):
+        # the view's array and a slice of it are spans of the view's block, only the new
+        # array is copied
+        own = np.full(10, 3, np.int64)
+        derived = {"arrays": [view["a"], view["a"][1000:2000], own]}
+        got = ex.map(_sums, [0, 1], shared=derived)
+        a = np.arange(1 << 20, dtype=np.int64)
+        assert got == [([int(a.sum()), int(a[1000:2000].sum()), 30], [0, 1000, 3])] * 2
+        _, ref, block = ex._published[id(derived)]
+        assert [(s, o, n) for s, o, n in ref[3][:2]] == [(view_block, ref[3][0][1], 8 << 20),
+                                                         (view_block, ref[3][0][1] + 8000, 8000)]  # fmt: skip
+        assert ref[3][2][0] == "" and block.size < 1 << 12  # the pickle and ten int64s
+        # the workers read the view's block itself: a write by the driver shows through
+        view["a"][1000] = -5
+        again = {"arrays": [view["a"][1000:2000]]}
+        assert ex.map(_sums, [0, 1], shared=again)[0][1] == [-5]
+    assert int(view["a"][999]) == 999  # the driver's view outlives the pool

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import mmap
 import multiprocessing as mp
 import os
-import pickle
-import shutil
 import signal
 import threading
 import time
@@ -18,8 +15,9 @@ from multiprocessing import shared_memory
 from typing import Any, TypeVar
 
 from helm_plan.config import require_int
-from helm_plan.exec import counters
+from helm_plan.exec import blocks, counters
 from helm_plan.exec.base import Executor, ExecutorError, Progress, task_error
+from helm_plan.exec.blocks import Ref
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -28,10 +26,6 @@ _WATCH_S = 0.5
 """How often a worker checks that the driver still runs, seconds."""
 _CACHE_SIZE = 8
 """Shared objects a worker (and the parent's publication table) keeps at once, newest last."""
-
-_SHARED: dict[int, tuple[Any, shared_memory.SharedMemory]] = {}
-"""The worker process's unpickled shared objects and their blocks by token (at most
-``_CACHE_SIZE``)."""
 
 
 def _default_label(i: int) -> str:
@@ -80,89 +74,8 @@ def _init_worker(parent: int) -> None:
     threading.Thread(target=watch, daemon=True, name="helm-plan parent watch").start()
 
 
-Ref = tuple[int, str, int, tuple[tuple[int, int], ...]]
-"""A published object: (token, shared-memory block name, pickle size, array buffer spans)."""
-
-_ALIGN = 64
-"""Alignment of each array buffer in a block (numba types unaligned arrays apart)."""
-
-_RETIRED: list[shared_memory.SharedMemory] = []
-"""A worker's blocks whose objects were evicted but whose arrays may still be referenced."""
-
-
-_SHM_DIR = "/dev/shm"
-"""Where POSIX shared memory lives on Linux (a tmpfs: 64 MiB in a default Docker container)."""
-
-
-def _shm_free() -> int | None:
-    """Free bytes in shared memory, or None where it is not a directory we can see."""
-    try:
-        return shutil.disk_usage(_SHM_DIR).free
-    except OSError:
-        return None
-
-
-def _check_room(need: int) -> None:
-    # Linux grows a block lazily: a block larger than the tmpfs's free room is created
-    # without error, and the first write past the room kills this process with SIGBUS
-    free = _shm_free()
-    if free is not None and need > free:
-        raise ExecutorError(
-            f"the workers' shared inputs need {need / 2**20:,.0f} MiB of shared memory but "
-            f"{_SHM_DIR} has {free / 2**20:,.0f} MiB free",
-            hint="run with --workers 1, or give the machine more shared memory "
-            "(docker run --shm-size=8g)",
-        )
-
-
-def _aligned(n: int) -> int:
-    return -(-n // _ALIGN) * _ALIGN
-
-
-def _load(ref: Ref) -> Any:
-    """The object behind ``ref``, unpickled once per worker from its shared-memory block.
-
-    Its numpy arrays are views of the block (pickle protocol 5's out-of-band buffers), not
-    copies: every worker reads the one copy the driver published. The block stays mapped
-    while the object is cached, and until nothing references its arrays any more.
-    """
-    token, name, size, spans = ref
-    if token not in _SHARED:
-        block = shared_memory.SharedMemory(name=name)
-        buf = block.buf
-        _SHARED[token] = pickle.loads(buf[:size], buffers=[buf[o : o + n] for o, n in spans]), block
-        while len(_SHARED) > _CACHE_SIZE:
-            _RETIRED.append(_SHARED.pop(next(iter(_SHARED)))[1])
-        for old in list(_RETIRED):
-            with contextlib.suppress(BufferError):  # an array of it still lives: keep it mapped
-                old.close()
-                _RETIRED.remove(old)
-    return _SHARED[token][0]
-
-
-def _driver_view(ref: Ref) -> Any | None:
-    """The object behind ``ref`` over its own mapping of the block, or None where the block
-    has no path to map (not Linux's ``/dev/shm``).
-
-    Its own mapping, not the publishing ``SharedMemory``'s: the executor unmaps and unlinks
-    its blocks when it closes, while the caller's arrays may live on; an unlinked block's
-    pages stay until the last mapping (and so the last array) goes.
-    """
-    _, name, size, spans = ref
-    try:
-        fd = os.open(os.path.join(_SHM_DIR, name.lstrip("/")), os.O_RDWR)
-    except OSError:
-        return None
-    try:
-        mm = mmap.mmap(fd, 0)
-    finally:
-        os.close(fd)
-    buf = memoryview(mm)
-    return pickle.loads(buf[:size], buffers=[buf[o : o + n] for o, n in spans])
-
-
 def _call(fn: Callable[[Any, Any], Any], refs: tuple[Ref, ...], whole: bool, item: Any) -> Any:
-    parts = tuple(_load(r) for r in refs)
+    parts = tuple(blocks.load(r, _CACHE_SIZE) for r in refs)
     # the result and the task's work counts (the driver adds them into its own)
     return counters.counted(fn, parts[0] if whole else parts, item)
 
@@ -194,6 +107,7 @@ class ProcessExecutor(Executor):
         self._pinned: dict[int, int] = {}  # id -> maps using it, +1 if shared (never evicted)
         self._next_token = 0
         self._views: set[int] = set()  # ids of the views share handed out (pinned, so alive)
+        self._mappings: list[blocks.Mapping] = []  # the views' blocks, as the driver maps them
 
     @property
     def workers(self) -> int:
@@ -232,9 +146,11 @@ class ProcessExecutor(Executor):
                 return obj  # the first map that needs the workers raises it, as it did
             finally:
                 self._unpin(obj)
-            view = _driver_view(ref)
-            if view is None:
+            got = blocks.driver_view(ref)
+            if got is None:
                 return obj
+            view, maps = got
+            self._mappings += maps  # later publications reference these, not copy them
             # the block is now remembered by the view, so ``obj`` can be freed
             _, _, block = self._published.pop(id(obj))
             self._published[id(view)] = (view, ref, block)
@@ -272,6 +188,7 @@ class ProcessExecutor(Executor):
                 block.unlink()
         self._published.clear()
         self._views.clear()
+        self._mappings.clear()
 
     def _publish(self, obj: Any) -> Ref:
         """A reference to ``obj`` in shared memory (reused while the same object is published)."""
@@ -279,25 +196,8 @@ class ProcessExecutor(Executor):
         if hit is not None and hit[0] is obj:
             self._published[id(obj)] = self._published.pop(id(obj))  # now the newest
             return hit[1]
-        # protocol 5 hands every contiguous numpy array over as a buffer (no pickled copy of
-        # the trace in this process); each lands once in the block, aligned, after the pickle
-        bufs: list[pickle.PickleBuffer] = []
-        data = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
-        raws = [b.raw() for b in bufs]
-        spans, end = [], _aligned(len(data))
-        for m in raws:
-            spans.append((end, m.nbytes))
-            end = _aligned(end + m.nbytes)
-        _check_room(end)
-        block = shared_memory.SharedMemory(create=True, size=max(end, 1))
-        block.buf[: len(data)] = data
-        for m, (o, n) in zip(raws, spans, strict=True):
-            block.buf[o : o + n] = m
-        del raws
-        for b in bufs:
-            b.release()
         self._next_token += 1
-        ref = (self._next_token, block.name, len(data), tuple(spans))
+        ref, block = blocks.pack(obj, self._next_token, self._mappings)
         self._published[id(obj)] = (obj, ref, block)
         for key in [k for k in self._published if k not in self._pinned]:
             if len(self._published) <= _CACHE_SIZE:
