@@ -109,7 +109,10 @@ def plan(
     ctxs = [prepare_context(arrays, s.gpu, model, s.latency, pool_bytes=cfg.pool_bytes,
                             pool_fraction=cfg.pool_fraction, latency_profile=s.latency_profile)
             for s in setups]  # fmt: skip
-    del arrays  # held by the contexts (one copy for all GPUs), shared below
+    del arrays  # held by the contexts (one copy for all GPUs)
+    # the workers' copy is the driver's too, from here on: the load points' setups and the
+    # combos ship the shared arrays by reference (exec.blocks), and hold no second copy
+    ctxs = ex.share(ctxs)
     curves, starts, starts_r = [], {}, {}
     for gi, (s, ctx) in enumerate(zip(setups, ctxs, strict=True)):
         ls = LoadSetup(trace=ctx.arrays, gpu=s.gpu, model=model, latency=s.latency,
@@ -133,7 +136,6 @@ def plan(
         if (gi, *base) not in items:  # every GPU's savings are measured against its baseline
             items.append((gi, *base))
             starts.setdefault((gi, BASELINE_POLICY), starts.get((gi, policies[0]), 1))
-    ctxs = ex.share(ctxs)  # the workers' copy is the driver's too: no second one meanwhile
     combos = ex.map(_combo, items, shared=(ctxs, ncfg, cfg, starts, starts_r), progress=progress,
                     label=lambda it: f"{setups[it[0]].gpu.name} {it[1]} {it[2]}")  # fmt: skip
     return build_result(cfg, ncfg, scaling, setups, ctxs, curves, combos, policies, routers)

@@ -162,8 +162,10 @@ class RecordingExecutor:
         self.views = []
 
     def share(self, obj):
-        self.views.append((obj, list(obj)))  # an equal copy, as a process pool's view
-        return self.views[-1][1]
+        # an equal copy, as a process pool's view, whose arrays say they are the view's
+        view = [SimpleNamespace(**{**vars(c), "arrays": f"VIEW-{c.arrays}"}) for c in obj]
+        self.views.append((obj, view))
+        return view
 
     def map(self, fn, items, *, shared=None, progress=None, label=None):
         self.calls.append(SimpleNamespace(fn=fn, items=list(items), shared=shared,
@@ -258,7 +260,9 @@ def test_plan_hands_every_step_its_arguments(stubs):
     assert ncfg.slo_ms == 42.0 and ncfg.window_s == 5.0
     # one load setup per GPU, with that GPU's context pool
     for ls, s, pool in zip(stubs.ls, setups, (111, 222), strict=True):
-        assert ls.trace == f"ARRAYS-{pool}" and ls.gpu is s.gpu and ls.model is stubs.model
+        # the shared view's arrays: a load point ships them by reference, not a copy
+        assert ls.trace == f"VIEW-ARRAYS-{pool}"
+        assert ls.gpu is s.gpu and ls.model is stubs.model
         assert ls.latency == s.latency and ls.latency_profile == s.latency_profile
         assert ls.pool_bytes == pool and ls.node == ncfg and ls.oracle is cfg.oracle
         assert (ls.scale_by, ls.attainment, ls.seed, ls.max_requests) == ("time", 0.97, 5, 777)
