@@ -135,7 +135,7 @@ def request_columns(batches: Batches, *, has_candidates: bool, has_latency: bool
         cand_offsets = np.zeros(1, np.int64)
     item_ids = items.sorted()
     n_users = len(user_ids)
-    hist_end, per_user = _running_tokens(user, new, n_users)
+    hist_end, per_user = running_tokens(user, new, n_users)
     user_hist_offsets = np.zeros(n_users + 1, np.int64)
     np.cumsum(per_user, out=user_hist_offsets[1:])
     return {
@@ -290,9 +290,9 @@ class DenseMap:
 
 
 @nb.njit(cache=True)
-def _running_tokens(user: np.ndarray, n_new: np.ndarray, n_users: int):  # noqa: ANN202
-    # hist_end without the tokens (each user's history length after each request), and
-    # each user's total, which lays the histories out
+def running_tokens(user: np.ndarray, n_new: np.ndarray, n_users: int):  # noqa: ANN202
+    """``hist_end`` without the tokens (each user's history length after each request), and
+    each user's total, which lays the histories out (the dense build and ``plan.dense``)."""
     seen = np.zeros(n_users, np.int64)
     out = np.empty(len(user), np.int64)
     for i in range(len(user)):

@@ -22,7 +22,7 @@ import dataclasses
 import numba as nb
 import numpy as np
 
-from helm_plan._densify import _running_tokens
+from helm_plan._densify import running_tokens
 from helm_plan.arrays import TraceArrays
 from helm_plan.errors import ConfigError
 from helm_plan.plan.scale import (
@@ -85,7 +85,7 @@ def _gather(
     else:
         remap = (np.cumsum(used) - 1).astype(np.int32)
         item_ids = a.item_ids[used]
-    hist_end, per_user = _running_tokens(user, n_new, len(user_ids))
+    hist_end, per_user = running_tokens(user, n_new, len(user_ids))
     uoff = np.zeros(len(user_ids) + 1, np.int64)
     np.cumsum(per_user, out=uoff[1:])
     hist = np.empty(int(tok_off[-1]), np.int32)
