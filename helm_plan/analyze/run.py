@@ -193,11 +193,10 @@ def _run_analyze(
             return hit
 
         curves_due = not cache.path("curves", keys["curves"], "json").is_file()
-        if curves_due or not cfg.capacity:
-            # the workers will read this trace: the driver keeps a view of their copy
-            # instead of a second one (with capacity on and the curves cached, no task
-            # reads it before the plan, and the oracle's trace is shared after it)
-            ctx = executor.share(ctx)
+        # the workers will read this trace (the curves, the plan's contexts and load points,
+        # which reference its arrays rather than copy them, or the oracle): the driver
+        # keeps a view of their copy instead of a second one
+        ctx = executor.share(ctx)
         cached_or("inspect", lambda tick: stage_inspect(tpath, ctx, tick))
         # With workers the curves need nothing downstream before the report: they run in
         # the background on a worker the oracle leaves idle, and are collected after it.
