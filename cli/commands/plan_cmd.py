@@ -148,6 +148,9 @@ def plan_command(
     ex = executors.get_executor(executor, workers, ray_address)
     arrays = from_file(trace, seed=cfg.seed)  # streamed in batches: no table of the trace
     with ex, task("planning", quiet=quiet or as_json) as prog:
+        # with workers the driver reads the workers' copy, and the plan's contexts and load
+        # points reference its arrays instead of copying them
+        arrays = ex.share(arrays)
         res = plan(arrays, cfg, executor=ex, progress=prog)
     doc = plan_doc(res) | {"trace": str(trace)}
     if out is not None:

@@ -65,3 +65,26 @@ def test_bad_options_are_one_line(tr, extra, needle):
     assert res.exit_code == 2, res.output
     lines = [x for x in res.output.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], res.output
+
+
+def test_with_workers_the_plan_reads_the_workers_copy_of_the_trace(tr, monkeypatch):
+    from helm_plan_cli.commands import plan_cmd
+
+    from helm_plan.errors import ConfigError
+
+    seen = {}
+
+    def fake_plan(arrays, cfg, *, executor, progress):
+        base = arrays.hist_values
+        while getattr(base, "base", None) is not None:
+            base = base.base
+        seen["holder"] = type(getattr(base, "obj", base)).__name__
+        raise ConfigError("stop here", hint="a test")
+
+    monkeypatch.setattr(plan_cmd, "plan", fake_plan)
+    res = runner.invoke(app, ["plan", str(tr), *ARGS, "--workers", "2"])
+    assert "stop here" in res.output
+    # the trace's arrays are views of the workers' shared-memory block, not a private copy
+    assert seen["holder"] == "mmap"
+    res = runner.invoke(app, ["plan", str(tr), *ARGS])  # one worker: nothing to share
+    assert seen["holder"] != "mmap"
