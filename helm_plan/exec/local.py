@@ -88,7 +88,9 @@ class ProcessExecutor(Executor):
     out-of-band buffers). A worker unpickles it the first time one of its tasks
     needs it and keeps it (the newest :data:`_CACHE_SIZE` objects); the arrays
     it gets are views of the block, so all workers read one copy of the trace
-    and none holds its own. Tasks must not write into shared inputs (they never
+    and none holds its own; an array already in a block the driver holds a view of
+    (:meth:`share`) is referenced there, not copied (:mod:`helm_plan.exec.blocks`).
+    Tasks must not write into shared inputs (they never
     could: a worker's copy served all its tasks). A tuple ``shared`` is published element
     by element and each element is remembered by identity, so a caller that maps
     many times over the same big input (the trace) plus a small changing part
