@@ -48,18 +48,19 @@ def scale_arrays(
     if not a.holds_tokens:
         raise ConfigError("a columns-only load has no tokens to scale",
                           hint="load the trace in full (not sampled) to scale it")  # fmt: skip
-    users = a.user_ids[a.user]
     if by == ScaleBy.TIME:
         out = dataclasses.replace(a, ts_s=time_scaled(a.ts_s, factor), candidate_seed=int(seed))
-    else:
-        rows, t, uid = users_plan(a.ts_s, users, factor, seed)
+    else:  # the clones' ids come from the original ids, as the table route makes them
+        rows, t, uid = users_plan(a.ts_s, a.user_ids[a.user], factor, seed)
         out = _gather(a, rows, t, uid, int(seed))
     # distinct history items, as the table's count of distinct new_items (a bitmap: a
     # bincount would widen every token to int64 first, 8 bytes a token of transient)
     seen = np.zeros(a.n_items, np.bool_)
     _mark(a.hist_values, seen)
     items = int(np.count_nonzero(seen))
-    info = scaling_info(str(by), factor, a.ts_s, users, out.ts_s, out.n_users, items, window_s)
+    # the dense users are the distinct ids already: no np.unique of a per-request column
+    info = scaling_info(str(by), factor, a.ts_s, out.ts_s, a.n_users, out.n_users, items,
+                        window_s)  # fmt: skip
     return out, info
 
 

@@ -116,22 +116,22 @@ def scale(
     users = table.column("user_id").to_numpy()
     out = _by_time(table, factor) if by == ScaleBy.TIME else _by_users(table, factor, seed)
     items = pc.count_distinct(pc.list_flatten(table.column("new_items"))).as_py()
-    info = scaling_info(str(by), factor, ts, users, out.column("ts_s").to_numpy(),
-                        len(np.unique(out.column("user_id").to_numpy())), int(items),
-                        window_s)  # fmt: skip
+    info = scaling_info(str(by), factor, ts, out.column("ts_s").to_numpy(),
+                        len(np.unique(users)), len(np.unique(out.column("user_id").to_numpy())),
+                        int(items), window_s)  # fmt: skip
     return out, info
 
 
 def scaling_info(
-    by: str, factor: float, ts: np.ndarray, users: np.ndarray, ts2: np.ndarray,
-    users_after: int, items: int, window_s: float,
+    by: str, factor: float, ts: np.ndarray, ts2: np.ndarray,
+    users_before: int, users_after: int, items: int, window_s: float,
 ) -> Scaling:  # fmt: skip
-    """What scaling ``ts`` (by ``users``) to ``ts2`` did, as recorded in plans and reports."""
+    """What scaling arrivals ``ts`` to ``ts2`` did, as recorded in plans and reports."""
     return Scaling(
         method=by, factor=float(factor),
         qps_before=_mean_qps(ts), qps_after=_mean_qps(ts2),
         peak_qps_before=peak_qps(ts, window_s), peak_qps_after=peak_qps(ts2, window_s),
-        users_before=int(len(np.unique(users))), users_after=int(users_after), items=items,
+        users_before=int(users_before), users_after=int(users_after), items=items,
     )  # fmt: skip
 
 
