@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import small_table
 from helm_plan_cli.main import app
@@ -65,6 +67,26 @@ def test_bad_options_are_one_line(tr, extra, needle):
     assert res.exit_code == 2, res.output
     lines = [x for x in res.output.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], res.output
+
+
+@pytest.mark.parametrize("kind", ["not parquet", "unsorted"])
+def test_a_bad_trace_is_one_line_and_writes_nothing(tmp_path, kind):
+    # the plan loads with the streaming loader: its errors reach the user as one line
+    p = tmp_path / "bad.parquet"
+    if kind == "not parquet":
+        p.write_text("user,item\n1,2\n")
+        needle = "cannot read"
+    else:
+        t = small_table(50, seed=2)
+        ts = t.column("ts_s").to_numpy()[::-1].copy()
+        pq.write_table(t.set_column(0, "ts_s", pa.array(ts)), p)
+        needle = "timestamps not sorted"
+    out = tmp_path / "plan.json"
+    res = runner.invoke(app, ["plan", str(p), *ARGS, "-o", str(out)])
+    assert res.exit_code != 0
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], res.output
+    assert not out.exists()
 
 
 def test_with_workers_the_plan_reads_the_workers_copy_of_the_trace(tr, monkeypatch):
