@@ -275,6 +275,15 @@ ScaleOpt = Annotated[
         "--scale", help="Plan for the trace's rate times this factor.", show_default=False
     ),  # fmt: skip
 ]
+SpillDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--spill-dir",
+        help="Keep the trace's history tokens in a file in this folder instead of memory "
+        "(4 bytes a token; for traces whose tokens do not fit). Never changes a result.",
+        show_default=False,
+    ),
+]
 NoCapacityOpt = Annotated[
     bool,
     typer.Option(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -29,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from helm_plan.errors import TraceError
+from helm_plan.io import release_spilled, spill_array
 
 #: Rows per batch of both passes (about 6 MiB of int64 ids at 100 tokens a row). Each batch's
 #: ids, their dense copy and the reader's decoded pages are the load's transient: at 1 << 16
@@ -54,18 +56,23 @@ def densify(
     has_candidates: bool,
     has_latency: bool,
     id_batches: Batches | None = None,
+    spill_dir: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """The fields of :class:`~helm_plan.arrays.TraceArrays` (less seeds) from ``batches``.
 
     Pass 1 reads every column of ``batches``; pass 2 reads only the id lists
     (``new_items``, ``candidates``), from ``id_batches`` when given (a file source
-    that re-reads just those columns), else from ``batches`` again.
+    that re-reads just those columns), else from ``batches`` again. With
+    ``spill_dir``, ``hist_values`` lives in a file there (:func:`helm_plan.io.spill_array`).
     """
     f = request_columns(batches, has_candidates=has_candidates, has_latency=has_latency)
     release_memory()  # pass 1's batches, before the token arrays are allocated
     tok_off = f["tok_off"]
     to_dense = DenseMap(f["item_ids"])
-    hist_values = np.empty(int(tok_off[-1]), np.int32)
+    n_tok = int(tok_off[-1])
+    hist_values = (
+        np.empty(n_tok, np.int32) if spill_dir is None else spill_array(n_tok, np.int32, spill_dir)
+    )
     cand_offsets = f["cand_offsets"]
     cand_values = np.empty(int(cand_offsets[-1]), np.int32)
     r = c = 0
@@ -80,6 +87,7 @@ def densify(
             raise changed_between_passes("dense build")
         _place(f["user"], f["hist_end"], tok_off, f["user_hist_offsets"], r, len(col),
                to_dense(flat), hist_values)  # fmt: skip
+        release_spilled()  # the scatter dirtied pages all over the file: this batch's only
         r += len(col)
         if has_candidates:
             flat = pc.list_flatten(one_chunk(b.column("candidates")))

@@ -104,17 +104,21 @@ def from_file(
     seed: int = 0,
     candidate_window_tokens: int = 100_000,
     batch_rows: int = BATCH_ROWS,
+    spill_dir: str | os.PathLike[str] | None = None,
 ) -> TraceArrays:
     """Read, validate and densify a trace file batch by batch.
 
     The same arrays as ``from_table(trace.read(path))`` (timestamps rebased the
     same way), but the file is streamed twice instead of held: peak memory is the
     arrays themselves (4 bytes per history token, about 50 per request) plus one
-    batch, where reading the table first costs its Arrow copy as well.
+    batch, where reading the table first costs its Arrow copy as well. With
+    ``spill_dir`` the history tokens live in a file there instead of memory
+    (:func:`helm_plan.io.spill_array`; the kernels drop their pages between windows).
     """
     check_window(candidate_window_tokens)
     names, checked, id_lists = file_batches(path, batch_rows)
-    return _build(checked, names, seed, candidate_window_tokens, id_batches=id_lists)
+    return _build(checked, names, seed, candidate_window_tokens, id_batches=id_lists,
+                  spill_dir=spill_dir)  # fmt: skip
 
 
 def file_batches(
@@ -139,12 +143,14 @@ def _build(
     seed: int,
     candidate_window_tokens: int,
     id_batches: Batches | None = None,
+    spill_dir: str | os.PathLike[str] | None = None,
 ) -> TraceArrays:
     fields = densify(
         batches,
         has_candidates="candidates" in names,
         has_latency="latency_ms" in names,
         id_batches=id_batches,
+        spill_dir=spill_dir,
     )
     return TraceArrays(
         **fields, candidate_seed=int(seed), candidate_window_tokens=int(candidate_window_tokens)

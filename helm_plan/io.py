@@ -2,6 +2,8 @@
 
 A crash or SIGINT mid-write leaves either the old file or none, never a
 half-written one: data goes to a temporary sibling, is fsynced, then renamed.
+The one other file is a spill (:func:`spill_array`): an array that lives in an
+unlinked file instead of memory, so nothing is left behind.
 """
 
 from __future__ import annotations
@@ -10,12 +12,17 @@ import contextlib
 import dataclasses
 import json
 import math
+import mmap
 import os
+import shutil
 import tempfile
+import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import tomli_w
@@ -266,3 +273,143 @@ def remove(path: str | os.PathLike[str]) -> None:
     """Delete ``path`` if it is there."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+# ---------------------------------------------------------------- arrays spilled to disk
+#
+# A trace's history tokens (4 bytes each: 3.7 GB at 10M requests) are read a
+# user's recent slice at a time, so they can live in a file mapping: the
+# kernels read them as any array, and release_spilled() drops the mapped pages
+# between windows, so the process holds a window's pages, not the trace's
+# (the page cache keeps them while memory allows, and re-reads them after).
+
+
+class _File:
+    """An open spill file: its fd names it for other processes while any mapping of it lives."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.path = f"/proc/{os.getpid()}/fd/{fd}"
+        weakref.finalize(self, os.close, fd)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spill:
+    mm: weakref.ref[mmap.mmap]
+    address: int
+    size: int
+    path: str  # how another process of this user maps it: /proc/PID/fd/N of this one
+
+
+_SPILLS: list[_Spill] = []
+_FILES: weakref.WeakValueDictionary[tuple[int, int], _File] = weakref.WeakValueDictionary()
+"""Open spill files by (device, inode): every mapping of one file names it by one fd."""
+_SPILL_LOCK = threading.Lock()
+
+
+def _hold(_: object) -> None:
+    """A finalizer that only holds its argument until it runs."""
+
+
+def _register(mm: mmap.mmap, fd: int) -> np.ndarray:
+    """Register ``mm`` (a mapping of ``fd``'s file); ``fd`` is kept open or closed here."""
+    st = os.fstat(fd)
+    with _SPILL_LOCK:
+        f = _FILES.get((st.st_dev, st.st_ino))
+        if f is None:
+            f = _FILES[(st.st_dev, st.st_ino)] = _File(fd)
+        else:
+            os.close(fd)  # the file is open already: its first fd names it
+        weakref.finalize(mm, _hold, f)  # f (its fd) stays while mm lives
+        buf = np.frombuffer(mm, np.uint8)
+        _SPILLS[:] = [x for x in _SPILLS if x.mm() is not None]
+        _SPILLS.append(_Spill(weakref.ref(mm), int(buf.ctypes.data), len(mm), f.path))
+    return buf
+
+
+def spill_array(n: int, dtype: Any, directory: str | os.PathLike[str]) -> np.ndarray:
+    """An uninitialised array of ``n`` items of ``dtype`` in a file under ``directory``.
+
+    The file is unlinked at once (the mapping keeps it until the last array over
+    it goes, so a crash leaves nothing), and its blocks are reserved up front: a
+    full disk is this error, not a SIGBUS on the first write past the room.
+    Other processes map it by :func:`spill_mappings`' path (Linux ``/proc``).
+    """
+    dt = np.dtype(dtype)
+    size = int(n) * dt.itemsize
+    if size == 0:
+        return np.empty(0, dt)
+    d = Path(directory)
+    if not Path("/proc/self/fd").is_dir():
+        raise InputFileError(
+            "spilling arrays to disk needs Linux's /proc (workers map the file through it)",
+            hint="run without spilling the tokens to disk",
+        )
+    try:
+        fd, p = tempfile.mkstemp(prefix=".helm-plan-spill-", suffix=".bin", dir=d)
+    except OSError as e:
+        raise _spill_error(d, e) from e
+    try:
+        os.unlink(p)
+        free = shutil.disk_usage(d).free
+        if size > free:
+            raise InputFileError(
+                f"spilling {size / 2**20:,.0f} MiB to {d} but it has {free / 2**20:,.0f} MiB free",
+                hint="point the spill at a disk with room, or free some",
+            )
+        os.posix_fallocate(fd, 0, size)
+        mm = mmap.mmap(fd, size)
+    except OSError as e:
+        os.close(fd)
+        raise _spill_error(d, e) from e
+    except BaseException:
+        os.close(fd)
+        raise
+    return _register(mm, fd).view(dt)
+
+
+def _spill_error(d: Path, e: OSError) -> InputFileError:
+    return InputFileError(f"cannot spill to {d}: {e.strerror or e}",
+                          hint="point the spill at a writable folder with free space")  # fmt: skip
+
+
+def map_spill(path: str) -> mmap.mmap:
+    """Map a spill another process created (its :func:`spill_mappings` path), registered for
+    :func:`release_spilled` in this process too."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError as e:
+        raise InputFileError(f"cannot map the spilled array {path}: {e.strerror}",
+                             hint="the process that spilled it has ended") from e  # fmt: skip
+    try:
+        mm = mmap.mmap(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    # the file stays open while this mapping lives: the driver drops its load's arrays once
+    # they are shared, and a publication that named the file by then must still open
+    _register(mm, fd)
+    return mm
+
+
+def spill_mappings() -> list[tuple[int, int, str]]:
+    """(address, bytes, path) of every live spill mapping of this process."""
+    with _SPILL_LOCK:
+        return [(x.address, x.size, x.path) for x in _SPILLS if x.mm() is not None]
+
+
+def release_spilled() -> None:
+    """Drop this process's mapped pages of every spilled array (their data stays in the file)."""
+    with _SPILL_LOCK:
+        live = [m for x in _SPILLS if (m := x.mm()) is not None]
+    for m in live:  # a shared file mapping: dirty pages go to the page cache, not away
+        with contextlib.suppress(ValueError):  # closed meanwhile
+            m.madvise(mmap.MADV_DONTNEED)
+
+
+def is_spilled(a: np.ndarray) -> bool:
+    """Whether ``a`` lies in a spill mapping of this process."""
+    if a.size == 0:
+        return False
+    lo = int(a.ctypes.data)
+    return any(s <= lo < s + n for s, n, _ in spill_mappings())

@@ -176,6 +176,11 @@ CASES = {
         "--requests 2000 --factors 1,2.5,0.5 --dir {d}",
         ("| figure | ours | peer (same run) | ratio |", "same arrays at every factor: True"),
     ),
+    "bench_spill": Case(
+        "bench_spill",
+        "--requests 2000 --pool-fraction 0.3 --dir {d}",
+        ("| figure | ours (tokens on disk) |", "same sojourns: True; spill files left behind: 0"),
+    ),
     "bench_sim": Case(
         "bench_sim",
         "--requests-peer 300 --trials 1 --workers 1 --duration-s 5",

@@ -25,6 +25,7 @@ from helm_plan_cli.options import (
     ScaleOpt,
     SeedOptionalOpt,
     SloMsOptionalOpt,
+    SpillDirOpt,
     WindowSOptionalOpt,
     WorkersOptionalOpt,
 )
@@ -100,6 +101,7 @@ def analyze_command(
     peak_qps: PeakQpsOpt = None,
     scale: ScaleOpt = None,
     no_capacity: NoCapacityOpt = False,
+    spill_dir: SpillDirOpt = None,
     demo: DemoOpt = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -122,6 +124,7 @@ def analyze_command(
         "pool_bytes": pool_bytes, "pool_fraction": pool_fraction, "workers": workers, "seed": seed,
         "executor": executor, "ray_address": ray_address, "peak_qps": peak_qps, "scale": scale,
         "capacity": False if no_capacity else None,
+        "spill_dir": None if spill_dir is None else str(spill_dir),
     }  # fmt: skip
     if pool_bytes is not None:
         overrides["pool_fraction"] = None

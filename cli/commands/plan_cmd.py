@@ -28,6 +28,7 @@ from helm_plan_cli.options import (
     SeedOpt,
     SloMsModelOpt,
     SlotsOpt,
+    SpillDirOpt,
     TraceArg,
     WindowSOpt,
     WorkersOpt,
@@ -127,6 +128,7 @@ def plan_command(
     batching: BatchingOpt = NODE.batching,
     no_load_curve: NoCurveOpt = False,
     seed: SeedOpt = PLAN.seed,
+    spill_dir: SpillDirOpt = None,
     workers: WorkersOpt = 1,
     executor: ExecutorOpt = "local",
     ray_address: RayAddressOpt = None,
@@ -144,9 +146,11 @@ def plan_command(
         routers=_items(routers, "routers"), peak_qps=peak_qps, scale=scale, scale_by=scale_by,
         max_nodes=max_nodes, cost_per_hour=_prices(cost_per_hour), pool_bytes=pool_bytes,
         pool_fraction=pool_fraction, node=node, load_curve=not no_load_curve, seed=seed,
+        spill_dir=None if spill_dir is None else str(spill_dir),
     )  # fmt: skip
     ex = executors.get_executor(executor, workers, ray_address)
-    arrays = from_file(trace, seed=cfg.seed)  # streamed in batches: no table of the trace
+    # streamed in batches: no table of the trace
+    arrays = from_file(trace, seed=cfg.seed, spill_dir=cfg.spill_dir)
     with ex, task("planning", quiet=quiet or as_json) as prog:
         # with workers the driver reads the workers' copy, and the plan's contexts and load
         # points reference its arrays instead of copying them

@@ -51,6 +51,8 @@ class CapacityInputs:
     """How each node serves (its SLO is the plan's)."""
     oracle: OracleConfig
     """The best-static grid of the routing comparison."""
+    spill_dir: str | None = None
+    """Where the operating point's scaled tokens live (None: memory)."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -69,9 +71,12 @@ class Capacity:
     """router, window, start_s, p99_ms, ratio_min, ratio_max, ratio_spread, work_max_mean."""
 
 
-def _planned_context(res: PlanResult, ctx: NodeContext, seed: int) -> NodeContext:
+def _planned_context(
+    res: PlanResult, ctx: NodeContext, seed: int, spill_dir: str | None
+) -> NodeContext:
     t, _ = scale_arrays(ctx.arrays, res.scaling.factor, by=res.scaling.method,
-                        window_s=res.config.node.window_s, seed=seed)  # fmt: skip
+                        window_s=res.config.node.window_s, seed=seed,
+                        spill_dir=spill_dir)  # fmt: skip
     return prepare_context(t, ctx.gpu, ctx.model, ctx.latency,
                            pool_bytes=ctx.pool_bytes, latency_profile=ctx.latency_profile)  # fmt: skip
 
@@ -95,7 +100,7 @@ def capacity(
         ok = cap.filter(pl.col("nodes").is_not_null()).sort(["nodes", "p99_ms"])
         best = ok["policy"][0]
         node = dataclasses.replace(inp.node, slo_ms=res.slo_ms)
-        pctx = _planned_context(res, ctx, inp.plan.seed)
+        pctx = _planned_context(res, ctx, inp.plan.seed, inp.spill_dir)
         pts = compare(pctx, inp.plan.routers, [best],
                       ClusterConfig(nodes=n, node=node, seed=inp.plan.seed), oracle=inp.oracle,
                       executor=executor)  # fmt: skip

@@ -77,6 +77,9 @@ class AnalyzeConfig:
     """Largest fleet the plan considers."""
     capacity_max_requests: int = 50_000
     """Largest trace one point of the plan's single-node load curve simulates."""
+    spill_dir: str | None = None
+    """Keep the trace's history tokens in an unlinked file in this folder instead of memory
+    (4 bytes a token; the kernels drop their pages between windows). Never changes a result."""
     node: NodeConfig = field(default_factory=NodeConfig)
     """Node simulator settings (plan section ``[node]``; slo_ms/window_s come from here)."""
     oracle: OracleConfig = field(default_factory=lambda: OracleConfig(**ORACLE_DEFAULTS))

@@ -37,9 +37,9 @@ def capacity_inputs(cfg: AnalyzeConfig) -> CapacityInputs:
         scale=cfg.scale, max_nodes=cfg.max_nodes, pool_bytes=cfg.pool_bytes,
         pool_fraction=cfg.pool_fraction, node=cfg.node, oracle=cfg.oracle,
         load_max_requests=cfg.capacity_max_requests, n_boot=cfg.n_boot,
-        ci_level=cfg.confidence, seed=cfg.seed,
+        ci_level=cfg.confidence, seed=cfg.seed, spill_dir=cfg.spill_dir,
     )  # fmt: skip
-    return CapacityInputs(plan=pcfg, node=cfg.node, oracle=cfg.oracle)
+    return CapacityInputs(plan=pcfg, node=cfg.node, oracle=cfg.oracle, spill_dir=cfg.spill_dir)
 
 
 def stage_capacity(
@@ -53,11 +53,15 @@ def stage_capacity(
     return StageOutput(tables=capacity_tables(c), meta=capacity_meta(c))
 
 
-def operating_context(ctx: NodeContext, factor: float, seed: int, window_s: float) -> NodeContext:
-    """One node's share of the planned traffic: the trace scaled by ``factor`` (users)."""
+def operating_context(
+    ctx: NodeContext, factor: float, seed: int, window_s: float, spill_dir: str | None = None
+) -> NodeContext:
+    """One node's share of the planned traffic: the trace scaled by ``factor`` (users); its
+    tokens in ``spill_dir`` when given, as the trace's."""
     if abs(factor - 1.0) < 1e-12:
         return ctx
-    t, _ = scale_arrays(ctx.arrays, factor, by="users", window_s=window_s, seed=seed)
+    t, _ = scale_arrays(ctx.arrays, factor, by="users", window_s=window_s, seed=seed,
+                        spill_dir=spill_dir)  # fmt: skip
     return prepare_context(t, ctx.gpu, ctx.model, ctx.latency,
                            pool_bytes=ctx.pool_bytes, latency_profile=ctx.latency_profile)  # fmt: skip
 

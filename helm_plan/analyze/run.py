@@ -151,6 +151,7 @@ def _run_analyze(
     ctx = load_context(
         tpath, gpu=cfg.gpu, model=cfg.model, latency=cfg.latency,
         pool_bytes=cfg.pool_bytes, pool_fraction=cfg.pool_fraction, seed=cfg.seed,
+        spill_dir=cfg.spill_dir,
     )  # fmt: skip
     sha = trace.sha256(tpath)
     gpu, model, lat_prof = ctx.gpu, ctx.model, ctx.latency_profile
@@ -212,11 +213,13 @@ def _run_analyze(
         if cfg.capacity:
             # the plan and the operating point scale the loaded arrays (plan.dense): the
             # trace is never read as a table (history lists included: ~0.7 KB a request)
-            keys["capacity"] = stable_hash({**base, "stage": "capacity",
-                                            "plan": asdict(capacity_inputs(cfg))})  # fmt: skip
+            plan_key = asdict(capacity_inputs(cfg))
+            plan_key["spill_dir"] = plan_key["plan"]["spill_dir"] = None  # never changes a result
+            keys["capacity"] = stable_hash({**base, "stage": "capacity", "plan": plan_key})
             cap = cached_or("capacity", lambda tick: stage_capacity(
                 ctx, capacity_inputs(cfg), tick, executor))  # fmt: skip
-            op_ctx = operating_context(ctx, cap.meta["per_node_factor"], cfg.seed, cfg.window_s)
+            op_ctx = operating_context(ctx, cap.meta["per_node_factor"], cfg.seed, cfg.window_s,
+                                       cfg.spill_dir)  # fmt: skip
             op_ctx = executor.share(op_ctx)  # the oracle's trace (ctx itself if unscaled)
             keys_op = {"op": cap.meta["per_node_factor"]}
             if curves_bg is None:  # the trace as it is served inspect, curves and the plan only

@@ -20,6 +20,7 @@ from helm_plan.arrays import TraceArrays
 from helm_plan.cache.curves import CurvesConfig, compute_curves
 from helm_plan.exec import Executor, Progress, SerialExecutor
 from helm_plan.inspect import inspect_trace
+from helm_plan.io import release_spilled
 from helm_plan.latency.model import LatencyModel
 from helm_plan.oracle import (
     Labels,
@@ -40,6 +41,9 @@ from helm_plan.sim import (
     replay_span,
     simulate_node,
 )
+
+_TOKEN_SPAN = 1 << 24
+"""History tokens counted at a time (their pages are dropped after each span when spilled)."""
 
 
 def _noop(done: int, total: int) -> None:
@@ -100,7 +104,11 @@ def workload_tables(a: TraceArrays, max_seq_len: int) -> dict[str, pl.DataFrame]
     history = pl.DataFrame(
         {"len_lo": edges.astype(np.int64), "len_hi": hi.astype(np.int64), "requests": hcnt}
     ).filter(pl.col("requests") > 0)
-    occ = np.sort(np.bincount(a.hist_values, minlength=a.n_items))[::-1]
+    occ = np.zeros(a.n_items, np.int64)
+    for i in range(0, len(a.hist_values), _TOKEN_SPAN):  # spilled tokens: a span's pages at a time
+        occ += np.bincount(a.hist_values[i : i + _TOKEN_SPAN], minlength=a.n_items)
+        release_spilled()
+    occ = np.sort(occ)[::-1]
     occ = occ[occ > 0]
     ranks = np.unique(np.geomspace(1, max(len(occ), 1), num=min(len(occ), 200)).astype(np.int64))
     popularity = pl.DataFrame({"rank": ranks, "count": occ[ranks - 1].astype(np.int64)})

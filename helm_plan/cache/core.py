@@ -48,6 +48,7 @@ from helm_plan.cache import _kernels as K
 from helm_plan.cache.keys import EmbKeys, emb_keys
 from helm_plan.errors import ConfigError
 from helm_plan.exec import counters
+from helm_plan.io import is_spilled, release_spilled
 from helm_plan.profiles import ModelProfile
 
 _QUEUE_SLACK = 1024
@@ -286,13 +287,16 @@ def replay(
     prefetch_keys: np.ndarray | None = None,
     prefetch_ready_s: np.ndarray | None = None,
     counts: np.ndarray | None = None,
+    ring: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> ReplayResult:
     """Replay requests ``[start, stop)`` through ``state`` (mutated in place).
 
     ``prefetch_keys`` (hottest first) are inserted into free EMB bytes once
     the clock passes ``prefetch_ready_s`` (refill modes ``eager`` and
     ``throttled``); they never evict. ``counts`` (float32 per key), if given,
-    gains one per EMB lookup (the refill's hotness signal).
+    gains one per EMB lookup (the refill's hotness signal). ``ring``
+    (:func:`token_ring`) is the implicit draws' ring to go on from (mutated): a
+    caller replaying consecutive spans saves each span's refill of it.
     """
     a = wl.arrays
     require_tokens(wl)
@@ -320,16 +324,27 @@ def replay(
     out = np.zeros((K.N_OUT, stop - start), np.int64)
     counters.add({"replay": {"requests": stop - start}})  # locked: forks replay on threads
     k = wl.keys
-    pf_done = K.replay(
-        a.ts_s, a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off, *token_ring(a),
-        a.cand_offsets, a.cand_values, a.n_cand, a.explicit_candidates,
-        a.candidate_seed, a.candidate_window_tokens, start, stop,
-        wl.max_seq_len, wl.kv_slide_chunk, k.item_keys, k.hist_tables, k.cand_tables, k.key_bytes,
-        k.table_bytes,
-        state.emb_last, state.emb_qi, state.emb_meta,
-        state.kv_prev, state.kv_next, state.kv_len, state.kv_start, state.kv_meta,
-        pf_k, pf_t, cnt, wl.direct_bytes, out,
-    )  # fmt: skip
+    ring = token_ring(a) if ring is None else ring  # the spans below carry it on
+    pf_done = cur = 0
+    for s0, s1 in _spans(a, start, stop):
+        o = out if (s0, s1) == (start, stop) else np.zeros((K.N_OUT, s1 - s0), np.int64)
+        pf_done += K.replay(
+            a.ts_s, a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off, *ring,
+            a.cand_offsets, a.cand_values, a.n_cand, a.explicit_candidates,
+            a.candidate_seed, a.candidate_window_tokens, s0, s1,
+            wl.max_seq_len, wl.kv_slide_chunk, k.item_keys, k.hist_tables, k.cand_tables,
+            k.key_bytes, k.table_bytes,
+            state.emb_last, state.emb_qi, state.emb_meta,
+            state.kv_prev, state.kv_next, state.kv_len, state.kv_start, state.kv_meta,
+            pf_k[cur:], pf_t[cur:], cnt, wl.direct_bytes, o,
+        )  # fmt: skip
+        if o is not out:
+            out[:, s0 - start : s1 - start] = o
+            # the kernel lands keys in order while they are ready by a request's time: the
+            # next span goes on from the first key not ready by this span's last request
+            late = np.flatnonzero(pf_t[cur:] > a.ts_s[s1 - 1])
+            cur = cur + int(late[0]) if len(late) else len(pf_t)
+        release_spilled()
     return ReplayResult(
         n_computed=out[K.OUT_COMPUTED],
         n_reused=out[K.OUT_REUSED],
@@ -340,6 +355,21 @@ def replay(
         n_miss=out[K.OUT_MISS],
         prefetched=int(pf_done),
     )
+
+
+SPILL_SPAN = 128
+"""Requests per kernel call of a replay over spilled tokens, its mapped pages dropped after
+each: the kernel maps the cached pages around every page it faults in (Linux's fault-around,
+64 KiB), so a request whose context spans three pages maps about 200 KiB of the token file
+(128 requests: about 25 MB)."""
+
+
+def _spans(a: TraceArrays, start: int, stop: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` in one call, or in SPILL_SPAN pieces when the tokens are spilled."""
+    if stop - start <= SPILL_SPAN or not is_spilled(a.hist_values):
+        return [(start, stop)]
+    cuts = [*range(start, stop, SPILL_SPAN), stop]
+    return list(zip(cuts[:-1], cuts[1:], strict=True))
 
 
 def kv_pass(wl: Workload, kv_tokens: int) -> ReplayResult:
@@ -374,4 +404,5 @@ def lookup_stream(
         a.candidate_seed, a.candidate_window_tokens, start, n_computed,
         k.item_keys, k.hist_tables, k.cand_tables, offs, ids,
     )  # fmt: skip
+    release_spilled()
     return ids, offs

@@ -146,7 +146,9 @@ def emb_hits(
         passes = [StackPass(kb, mb, grid[idx], n_win) for mb, idx in classes]
         mix, thr, seen = np.uint64(0), SHARDS_MODULUS, np.zeros(0, np.uint64)
     bound = request_bound(wl)
-    size = chunk_keys or (CHUNK_KEYS_SAMPLED if thr < SHARDS_MODULUS else CHUNK_KEYS)
+    # smaller chunks of spilled tokens too: each chunk's mapped pages are dropped after it
+    small = thr < SHARDS_MODULUS or io.is_spilled(a.hist_values)
+    size = chunk_keys or (CHUNK_KEYS_SAMPLED if small else CHUNK_KEYS)
     ids = np.empty(max(size, bound, 1), np.int32)
     sizes = np.empty(len(ids), np.int32)  # bytes beside each key: passes read them in order
     offs = np.zeros(CHUNK_REQUESTS + 1, np.int64)
@@ -189,6 +191,7 @@ def emb_hits(
 
     while state[0] < a.n_requests:
         r0, n_req, n_ids = step()
+        io.release_spilled()  # a chunk's pages of spilled tokens (its keys are in ids)
         o, c, z = offs[: n_req + 1], ids[:n_ids], sizes[:n_ids]
         if sink is not None:
             sink(int(r0), o.copy(), c.copy(), z.copy())

@@ -27,6 +27,7 @@ from helm_plan.cluster.result import ClusterResult, build_result
 from helm_plan.cluster.routers import DYNAMO_BLOCK_TOKENS, get_router, router_seed
 from helm_plan.cluster.state import ClusterState
 from helm_plan.errors import ConfigError
+from helm_plan.io import release_spilled
 from helm_plan.sim import metrics
 from helm_plan.sim.batching import BatchResult
 from helm_plan.sim.context import NodeContext
@@ -127,6 +128,7 @@ def simulate_cluster(
             st.next_close, st.next_done, st.n_batch, st.node, st.out, st.start, st.finish,
             st.service, st.bsize, st.bno, st.shr, st.est, st.nxt, st.bnx, st.res_h, st.res_c,
         )  # fmt: skip
+        release_spilled()  # the window's pages of spilled tokens
         nd = st.node[s:e]
         order = np.argsort(nd, kind="stable") + s
         cuts = np.searchsorted(nd[order - s], np.arange(n_nodes + 1))

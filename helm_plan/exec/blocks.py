@@ -23,10 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from helm_plan import io
 from helm_plan.exec.base import ExecutorError
 
 Span = tuple[str, int, int]
-"""Where one array buffer lies: (block name, "" for the object's own block; offset; bytes)."""
+"""Where one array buffer lies: (block name, "" for the object's own block, or the path of a
+spill file (:func:`helm_plan.io.spill_array`); offset; bytes)."""
 Ref = tuple[int, str, int, tuple[Span, ...]]
 """A published object: (token, its own block's name, pickle size, its array buffers' spans)."""
 Mapping = tuple[int, int, str]
@@ -75,6 +77,9 @@ def pack(obj: Any, token: int, mappings: list[Mapping]) -> tuple[Ref, shared_mem
     bufs: list[pickle.PickleBuffer] = []
     data = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
     raws = [b.raw() for b in bufs]
+    # a spilled array: its file, by the path of a mapping alive now (first: a view's mapping
+    # is also in ``mappings``, under the name it was mapped by, which may have closed)
+    mappings = [*io.spill_mappings(), *mappings]
     spans: list[Span] = []
     end = _aligned(len(data))
     for m in raws:
@@ -113,10 +118,10 @@ def load(ref: Ref, keep: int) -> Any:
     """
     token, name, size, spans = ref
     if token not in _SHARED:
-        blocks = {"": shared_memory.SharedMemory(name=name)}
+        blocks: dict[str, Any] = {"": _attach(name)}
         for src, _, _ in spans:
             if src not in blocks:
-                blocks[src] = shared_memory.SharedMemory(name=src)
+                blocks[src] = _attach(src)
         own = blocks[""].buf
         obj = pickle.loads(own[:size], buffers=[blocks[s].buf[o : o + n] for s, o, n in spans])
         _SHARED[token] = obj, list(blocks.values())
@@ -129,7 +134,32 @@ def load(ref: Ref, keep: int) -> Any:
     return _SHARED[token][0]
 
 
+def _is_spill(src: str) -> bool:
+    return src.startswith("/")  # a block's name never is a path
+
+
+class _Mapped:
+    """A block or spill file a worker maps, closed as a ``SharedMemory`` is."""
+
+    def __init__(self, mm: mmap.mmap) -> None:
+        self._mm = mm
+        self.buf = memoryview(mm)
+
+    def close(self) -> None:
+        self.buf.release()  # BufferError while an array over it lives, as SharedMemory's
+        self._mm.close()
+
+
+def _attach(name: str) -> _Mapped | shared_memory.SharedMemory:
+    # a plain mapping where the block has a path: a SharedMemory whose arrays outlive it (a
+    # worker's cached objects at exit) prints "Exception ignored ... BufferError" from __del__
+    mm = _map_path(name)
+    return shared_memory.SharedMemory(name=name) if mm is None else _Mapped(mm)
+
+
 def _map_path(name: str) -> mmap.mmap | None:
+    if _is_spill(name):
+        return io.map_spill(name)
     try:
         fd = os.open(os.path.join(SHM_DIR, name.lstrip("/")), os.O_RDWR)
     except OSError:
@@ -157,7 +187,12 @@ def driver_view(ref: Ref) -> tuple[Any, list[Mapping]] | None:
         return None
     views = {k: memoryview(m) for k, m in maps.items()}
     obj = pickle.loads(views[""][:size], buffers=[views[s][o : o + n] for s, o, n in spans])
-    return obj, [(_address(v), v.nbytes, k or name) for k, v in views.items()]
+    # a spill is named by this mapping's own path (io.map_spill), not the one it was opened by
+    paths = {a: p for a, _, p in io.spill_mappings()}
+    return obj, [
+        (a := _address(v), v.nbytes, paths[a] if _is_spill(k) else k or name)
+        for k, v in views.items()
+    ]
 
 
 __all__ = ["Ref", "check_room", "driver_view", "load", "pack", "shm_free"]

@@ -75,6 +75,9 @@ class PlanConfig:
     """Confidence level of those intervals."""
     seed: int = 0
     """Candidate draws, the fractional clone, routers' random choices, the bootstrap."""
+    spill_dir: str | None = None
+    """Folder for the planned trace's history tokens when scaling copies them (None: memory;
+    see ``helm_plan.io.spill_array``). Never changes a result."""
 
     def __post_init__(self) -> None:
         if not self.gpus:

@@ -18,6 +18,7 @@ every other array.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numba as nb
 import numpy as np
@@ -25,6 +26,7 @@ import numpy as np
 from helm_plan._densify import running_tokens
 from helm_plan.arrays import TraceArrays
 from helm_plan.errors import ConfigError
+from helm_plan.io import release_spilled, spill_array
 from helm_plan.plan.scale import (
     ScaleBy,
     Scaling,
@@ -34,15 +36,27 @@ from helm_plan.plan.scale import (
     users_plan,
 )
 
+SPAN = 1 << 20
+"""Requests (or tokens, for the item count) a pass handles between two drops of the spilled
+tokens' pages."""
+
 
 def scale_arrays(
-    a: TraceArrays, factor: float, *, by: str = "users", window_s: float = 10.0, seed: int = 0
+    a: TraceArrays,
+    factor: float,
+    *,
+    by: str = "users",
+    window_s: float = 10.0,
+    seed: int = 0,
+    spill_dir: str | os.PathLike[str] | None = None,
 ) -> tuple[TraceArrays, Scaling]:
     """``a`` scaled to ``factor`` times its arrival rate, as :func:`~.scale.scale` scales a table.
 
     Equal to ``from_table(scale(table, factor, ...)[0], seed=seed)`` where
     ``a = from_table(table)``; ``seed`` also seeds the result's implicit
-    candidate draws (as that ``from_table`` call did).
+    candidate draws (as that ``from_table`` call did). A new token array (clones
+    other than one whole one) lives in a file in ``spill_dir`` when given
+    (:func:`helm_plan.io.spill_array`).
     """
     check_scaling(factor, by, a.n_requests)
     if not a.holds_tokens:
@@ -52,11 +66,13 @@ def scale_arrays(
         out = dataclasses.replace(a, ts_s=time_scaled(a.ts_s, factor), candidate_seed=int(seed))
     else:  # the clones' ids come from the original ids, as the table route makes them
         rows, t, uid = users_plan(a.ts_s, a.user_ids[a.user], factor, seed)
-        out = _gather(a, rows, t, uid, int(seed))
+        out = _gather(a, rows, t, uid, int(seed), spill_dir)
     # distinct history items, as the table's count of distinct new_items (a bitmap: a
     # bincount would widen every token to int64 first, 8 bytes a token of transient)
     seen = np.zeros(a.n_items, np.bool_)
-    _mark(a.hist_values, seen)
+    for i in range(0, len(a.hist_values), SPAN):
+        _mark(a.hist_values[i : i + SPAN], seen)
+        release_spilled()
     items = int(np.count_nonzero(seen))
     # the dense users are the distinct ids already: no np.unique of a per-request column
     info = scaling_info(str(by), factor, a.ts_s, out.ts_s, a.n_users, out.n_users, items,
@@ -65,7 +81,12 @@ def scale_arrays(
 
 
 def _gather(
-    a: TraceArrays, rows: np.ndarray, t: np.ndarray, uid: np.ndarray, seed: int
+    a: TraceArrays,
+    rows: np.ndarray,
+    t: np.ndarray,
+    uid: np.ndarray,
+    seed: int,
+    spill_dir: str | os.PathLike[str] | None,
 ) -> TraceArrays:
     if len(rows) == a.n_requests and np.array_equal(rows, np.arange(len(rows))):
         # one whole clone in the original order (K = 1): the same users and histories, so
@@ -89,9 +110,14 @@ def _gather(
     hist_end, per_user = running_tokens(user, n_new, len(user_ids))
     uoff = np.zeros(len(user_ids) + 1, np.int64)
     np.cumsum(per_user, out=uoff[1:])
-    hist = np.empty(int(tok_off[-1]), np.int32)
-    _place_rows(rows, a.user, a.hist_end, a.n_new, a.user_hist_offsets, a.hist_values,
-                user, hist_end, uoff, remap, hist)  # fmt: skip
+    n_tok = int(tok_off[-1])
+    hist = (
+        np.empty(n_tok, np.int32) if spill_dir is None else spill_array(n_tok, np.int32, spill_dir)
+    )
+    for i, j in _spans(len(rows)):  # each span's pages of spilled tokens dropped after it
+        _place_rows(rows[i:j], a.user, a.hist_end, a.n_new, a.user_hist_offsets, a.hist_values,
+                    user[i:j], hist_end[i:j], uoff, remap, hist)  # fmt: skip
+        release_spilled()
     if explicit:
         cand_offsets = np.zeros(len(rows) + 1, np.int64)
         np.cumsum(n_cand, out=cand_offsets[1:])
@@ -115,10 +141,18 @@ def _used_items(a: TraceArrays, rows: np.ndarray) -> np.ndarray:
     if seen.all():  # every request kept (whole clones): every item stays
         return np.ones(a.n_items, np.bool_)
     used = np.zeros(a.n_items, np.bool_)
-    _mark_items(seen, a.user, a.hist_end, a.n_new, a.user_hist_offsets, a.hist_values, used)
+    for i, j in _spans(a.n_requests):
+        _mark_items(seen[i:j], a.user[i:j], a.hist_end[i:j], a.n_new[i:j], a.user_hist_offsets,
+                    a.hist_values, used)  # fmt: skip
+        release_spilled()
     if a.explicit_candidates:
         _mark_cands(seen, a.cand_offsets, a.cand_values, used)
     return used
+
+
+def _spans(n: int) -> list[tuple[int, int]]:
+    cuts = [*range(0, n, SPAN), n]
+    return list(zip(cuts[:-1], cuts[1:], strict=True))
 
 
 @nb.njit(cache=True)

@@ -50,7 +50,8 @@ def _scaled(arrays: TraceArrays, cfg: PlanConfig, window_s: float):
         k = factor_for_ts(arrays.ts_s, peak_qps_target=cfg.peak_qps, window_s=window_s)
     else:
         k = cfg.scale if cfg.scale is not None else 1.0
-    return scale_arrays(arrays, k, by=cfg.scale_by, window_s=window_s, seed=cfg.seed)
+    return scale_arrays(arrays, k, by=cfg.scale_by, window_s=window_s, seed=cfg.seed,
+                        spill_dir=cfg.spill_dir)  # fmt: skip
 
 
 def _combo(shared: tuple[list[NodeContext], NodeConfig, PlanConfig, dict], item) -> Combo:

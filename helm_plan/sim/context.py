@@ -132,6 +132,7 @@ def load_context(
     pool_bytes: int | None = None,
     pool_fraction: float | None = None,
     seed: int = 0,
+    spill_dir: str | Path | None = None,
 ) -> NodeContext:
     """The one place a trace becomes a node context: profiles, dense arrays, footprint, pool.
 
@@ -139,6 +140,8 @@ def load_context(
     validated table, or a workload already loaded under ``model`` (e.g. a SHARDS
     load's columns, :mod:`helm_plan.cache.sampled`); profiles are named by
     shipped name or TOML path; ``seed`` drives the implicit candidate draws.
+    ``spill_dir`` keeps a file's history tokens on disk there
+    (:func:`helm_plan.arrays.from_file`).
     """
     g = load_gpu(gpu)
     m = load_model(model)
@@ -151,7 +154,7 @@ def load_context(
     elif isinstance(trace, pa.Table):
         arrays = from_table(trace, seed=seed)
     else:
-        arrays = from_file(trace, seed=seed)
+        arrays = from_file(trace, seed=seed, spill_dir=spill_dir)
     return prepare_context(
         arrays, g, m, lat, pool_bytes=pool_bytes, pool_fraction=pool_fraction,
         latency_profile=lat_prof,

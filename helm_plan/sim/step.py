@@ -147,6 +147,10 @@ class NodeRunner:
         self._landed = _NO_F64  # ready times of copied keys not yet counted
         self._landed_b = _NO_F64  # and their bytes
         self._share_iv: tuple[float, float, float] | None = None  # (from, until, share)
+        # the implicit draws' token ring, carried from window to window: a fresh one per window
+        # would be refilled from the last W stream tokens, scattered over many users'
+        # histories (every page of a spilled token file, and time)
+        self._ring: tuple[np.ndarray, np.ndarray] | None = None
         # decayed lookups per key: the refill's hotness signal
         self._counts = (
             np.zeros(self.ctx.workload.n_keys, np.float32) if self.mode.prefetches else None
@@ -164,6 +168,8 @@ class NodeRunner:
         other.free_at_s = self.free_at_s.copy()
         if self._counts is not None:
             other._counts = self._counts.copy()
+        if self._ring is not None:
+            other._ring = (self._ring[0].copy(), self._ring[1].copy())
         return other
 
     def step(self, r: float) -> WindowResult:
@@ -172,9 +178,11 @@ class NodeRunner:
         ctx, cfg = self.ctx, self.cfg
         s, e = int(self.edges[self.window]), int(self.edges[self.window + 1])
         ts = ctx.arrays.ts_s[s:e]
+        if self._ring is None:
+            self._ring = core.token_ring(ctx.arrays)
         res = core.replay(
             ctx.workload, self.state, s, e, prefetch_keys=self._pend_keys,
-            prefetch_ready_s=self._pend_ready, counts=self._counts,
+            prefetch_ready_s=self._pend_ready, counts=self._counts, ring=self._ring,
         )  # fmt: skip
         q = serve(
             ts, res.n_computed, res.ctx_len, res.n_cand, res.lookup_bytes, res.miss_bytes,

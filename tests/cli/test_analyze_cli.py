@@ -63,3 +63,11 @@ def test_flags_override_plan_which_overrides_defaults():
 def test_demo_and_trace_together_is_an_error(small_trace):
     line = _one_error(runner.invoke(app, ["analyze", str(small_trace), "--demo"]))
     assert "not both" in line
+
+
+def test_a_spill_folder_that_is_not_there_is_one_error_line(tmp_path, small_trace):
+    out = tmp_path / "run"
+    args = ["analyze", str(small_trace), "-o", str(out), "-q", "--spill-dir", str(tmp_path / "no")]
+    line = _one_error(runner.invoke(app, args))
+    assert f"cannot spill to {tmp_path / 'no'}" in line and "writable folder" in line
+    assert not (out / "summary.json").exists()

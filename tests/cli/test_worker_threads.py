@@ -90,3 +90,25 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
+
+
+def test_analyze_with_two_workers_as_a_user_runs_it_is_quiet_and_succeeds(tmp_path: Path):
+    # the installed entry point's module, so the workers import the CLI package as a user's
+    # do (the bug above broke most such runs); stderr stays empty: no worker noise at exit
+    # (a SharedMemory collected while arrays over it lived printed "Exception ignored")
+    from conftest import small_table
+
+    from helm_plan import trace
+
+    t = small_table(1500, n_users=120, n_items=2000, max_new=6, n_candidates=8, seed=2)
+    tp = trace.write(t, tmp_path / "t.parquet", {"source": "tests.small_table", "seed": 2})
+    cfg = tmp_path / "plan.toml"
+    cfg.write_text("[oracle]\ntrials = 2\ncoarse_step = 0.25\n[analyze]\nn_boot = 50\n")
+    cmd = [sys.executable, "-m", "helm_plan_cli.main", "analyze", str(tp), "-o",
+           str(tmp_path / "run"), "--workers", "2", "--no-capacity", "--window-s", "5",
+           "--pool-fraction", "0.3", "-q", "--config", str(cfg), "--spill-dir", str(tmp_path)]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    assert (tmp_path / "run" / "summary.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.toml", "run", "t.parquet"]

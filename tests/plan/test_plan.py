@@ -25,11 +25,12 @@ from queueing import md1_wait_cdf, poisson_table, quantile
 
 from helm_plan import arrays as A
 from helm_plan import exec as executors
+from helm_plan import io
 from helm_plan.cluster import ClusterConfig, simulate_cluster
 from helm_plan.latency.kernel import COEFFS
 from helm_plan.latency.model import LatencyModel
 from helm_plan.oracle import OracleConfig
-from helm_plan.plan import GpuSetup, PlanConfig, plan, plan_doc
+from helm_plan.plan import GpuSetup, PlanConfig, dense, plan, plan_doc
 from helm_plan.plan.scale import scale
 from helm_plan.plan.search import cost
 from helm_plan.profiles import load_gpu, load_model
@@ -192,6 +193,27 @@ def test_plan_on_a_process_pool_equals_the_serial_plan(small):
         assert ex._published  # the contexts went to the workers
     for name in ("capacity", "savings", "load_curve", "evaluated"):
         assert getattr(pooled, name).equals(getattr(res, name)), name
+
+
+def test_a_plan_with_its_scaled_tokens_on_disk_equals_the_plan_in_memory(
+    small, tmp_path, monkeypatch
+):
+    # scale 4 copies the tokens into the spill folder; the workers map that file
+    t, cfg, res = small
+    made: list[int] = []
+
+    def spill(n, dtype, d):  # noqa: ANN001, ANN202
+        made.append(n)
+        return io.spill_array(n, dtype, d)
+
+    monkeypatch.setattr(dense, "spill_array", spill)
+    spilled = dataclasses.replace(cfg, spill_dir=str(tmp_path))
+    with executors.local(2) as ex:
+        got = plan(t, spilled, setups=[GpuSetup(GPU, brute_latency(), None, 3.0)], executor=ex)
+    assert made and made[0] == 4 * len(t.column("new_items").combine_chunks().values)
+    for name in ("capacity", "savings", "load_curve", "evaluated"):
+        assert getattr(got, name).equals(getattr(res, name)), name
+    assert not list(tmp_path.iterdir())
 
 
 def test_load_curve_max_qps_agrees_with_a_one_node_plan():

@@ -36,8 +36,8 @@ def scaling_calls(monkeypatch):
         seen.append(("factor_for", ts, peak_qps_target, window_s))
         return 2.75
 
-    def scale_arrays(arrays, k, *, by, window_s, seed):
-        seen.append(("scale", arrays, k, by, window_s, seed))
+    def scale_arrays(arrays, k, *, by, window_s, seed, spill_dir):
+        seen.append(("scale", arrays, k, by, window_s, seed, spill_dir))
         return "OUT"
 
     monkeypatch.setattr(run, "factor_for_ts", factor_for_ts)
@@ -49,17 +49,20 @@ T = SimpleNamespace(ts_s="TS")  # the arrays: the factor reads their arrival tim
 
 
 def test_scaled_by_peak_qps(scaling_calls):
-    cfg = PlanConfig(peak_qps=500.0, scale_by="time", seed=4)
+    cfg = PlanConfig(peak_qps=500.0, scale_by="time", seed=4, spill_dir="/scratch")
     assert run._scaled(T, cfg, 7.0) == "OUT"
-    assert scaling_calls == [("factor_for", "TS", 500.0, 7.0), ("scale", T, 2.75, "time", 7.0, 4)]
+    assert scaling_calls == [
+        ("factor_for", "TS", 500.0, 7.0),
+        ("scale", T, 2.75, "time", 7.0, 4, "/scratch"),
+    ]
 
 
 def test_scaled_by_factor_or_not_at_all(scaling_calls):
     run._scaled(T, PlanConfig(scale=3.0, seed=2), 5.0)
     run._scaled(T, PlanConfig(), 5.0)
     assert scaling_calls == [
-        ("scale", T, 3.0, "users", 5.0, 2),
-        ("scale", T, 1.0, "users", 5.0, 0),
+        ("scale", T, 3.0, "users", 5.0, 2, None),
+        ("scale", T, 1.0, "users", 5.0, 0, None),
     ]
 
 
