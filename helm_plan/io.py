@@ -288,7 +288,6 @@ class _File:
     """An open spill file: its fd names it for other processes while any mapping of it lives."""
 
     def __init__(self, fd: int) -> None:
-        self.fd = fd
         self.path = f"/proc/{os.getpid()}/fd/{fd}"
         weakref.finalize(self, os.close, fd)
 
@@ -405,6 +404,14 @@ def release_spilled() -> None:
     for m in live:  # a shared file mapping: dirty pages go to the page cache, not away
         with contextlib.suppress(ValueError):  # closed meanwhile
             m.madvise(mmap.MADV_DONTNEED)
+
+
+def spans(start: int, stop: int, size: int) -> Iterator[tuple[int, int]]:
+    """``[start, stop)`` in consecutive pieces of at most ``size``; after each piece's work
+    (when the loop asks for the next) the spilled arrays' mapped pages are dropped."""
+    for i in range(start, stop, max(int(size), 1)):
+        yield i, min(i + size, stop)
+        release_spilled()
 
 
 def is_spilled(a: np.ndarray) -> bool:

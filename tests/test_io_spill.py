@@ -57,6 +57,20 @@ def test_spilled_array_keeps_its_data_while_its_pages_are_dropped(tmp_path):
     assert io.spill_array(0, np.int32, tmp_path).size == 0
 
 
+def test_spans_cover_the_range_and_drop_the_pages_after_each_piece(tmp_path):
+    a = io.spill_array(1 << 18, np.int32, tmp_path)  # 1 MiB
+    a[:] = 1
+    pieces, mapped_at_start = [], []
+    for i, j in io.spans(5, 1000, 300):
+        pieces.append((i, j))
+        mapped_at_start.append(_mapped_kib(a))
+        assert int(a.sum()) == len(a)  # maps every page of the file
+    assert pieces == [(5, 305), (305, 605), (605, 905), (905, 1000)]
+    assert mapped_at_start[0] >= 1024 and max(mapped_at_start[1:]) < 64
+    assert _mapped_kib(a) < 64  # after the last piece too
+    assert list(io.spans(7, 7, 300)) == []
+
+
 def test_a_spill_another_process_maps_sees_the_same_data(tmp_path):
     a = io.spill_array(1000, np.int64, tmp_path)
     a[:] = np.arange(1000) * 7
@@ -123,7 +137,8 @@ def test_a_replay_cut_into_spans_over_spilled_tokens_equals_one_call(tr, tmp_pat
         return res, st, counts
 
     (a, sa, ca), (b, sb, cb) = run(wl_mem), run(wl_sp)
-    assert core._spans(wl_sp.arrays, 11, wl_sp.arrays.n_requests)[1] == (108, 205)
+    n = wl_sp.arrays.n_requests
+    assert list(io.spans(11, n, core._span_size(wl_sp.arrays, 11, n)))[1] == (108, 205)
     assert a.prefetched == b.prefetched > 0 and np.array_equal(ca, cb)
     for f in dataclasses.fields(a):
         x, y = getattr(a, f.name), getattr(b, f.name)

@@ -20,7 +20,7 @@ from helm_plan.arrays import TraceArrays
 from helm_plan.cache.curves import CurvesConfig, compute_curves
 from helm_plan.exec import Executor, Progress, SerialExecutor
 from helm_plan.inspect import inspect_trace
-from helm_plan.io import release_spilled
+from helm_plan.io import spans
 from helm_plan.latency.model import LatencyModel
 from helm_plan.oracle import (
     Labels,
@@ -105,9 +105,8 @@ def workload_tables(a: TraceArrays, max_seq_len: int) -> dict[str, pl.DataFrame]
         {"len_lo": edges.astype(np.int64), "len_hi": hi.astype(np.int64), "requests": hcnt}
     ).filter(pl.col("requests") > 0)
     occ = np.zeros(a.n_items, np.int64)
-    for i in range(0, len(a.hist_values), _TOKEN_SPAN):  # spilled tokens: a span's pages at a time
-        occ += np.bincount(a.hist_values[i : i + _TOKEN_SPAN], minlength=a.n_items)
-        release_spilled()
+    for i, j in spans(0, len(a.hist_values), _TOKEN_SPAN):  # spilled tokens: a span at a time
+        occ += np.bincount(a.hist_values[i:j], minlength=a.n_items)
     occ = np.sort(occ)[::-1]
     occ = occ[occ > 0]
     ranks = np.unique(np.geomspace(1, max(len(occ), 1), num=min(len(occ), 200)).astype(np.int64))

@@ -48,7 +48,7 @@ from helm_plan.cache import _kernels as K
 from helm_plan.cache.keys import EmbKeys, emb_keys
 from helm_plan.errors import ConfigError
 from helm_plan.exec import counters
-from helm_plan.io import is_spilled, release_spilled
+from helm_plan.io import is_spilled, release_spilled, spans
 from helm_plan.profiles import ModelProfile
 
 _QUEUE_SLACK = 1024
@@ -326,7 +326,7 @@ def replay(
     k = wl.keys
     ring = token_ring(a) if ring is None else ring  # the spans below carry it on
     pf_done = cur = 0
-    for s0, s1 in _spans(a, start, stop):
+    for s0, s1 in spans(start, stop, _span_size(a, start, stop)):
         o = out if (s0, s1) == (start, stop) else np.zeros((K.N_OUT, s1 - s0), np.int64)
         pf_done += K.replay(
             a.ts_s, a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off, *ring,
@@ -344,7 +344,6 @@ def replay(
             # next span goes on from the first key not ready by this span's last request
             late = np.flatnonzero(pf_t[cur:] > a.ts_s[s1 - 1])
             cur = cur + int(late[0]) if len(late) else len(pf_t)
-        release_spilled()
     return ReplayResult(
         n_computed=out[K.OUT_COMPUTED],
         n_reused=out[K.OUT_REUSED],
@@ -364,12 +363,10 @@ each: the kernel maps the cached pages around every page it faults in (Linux's f
 (128 requests: about 25 MB)."""
 
 
-def _spans(a: TraceArrays, start: int, stop: int) -> list[tuple[int, int]]:
-    """``[start, stop)`` in one call, or in SPILL_SPAN pieces when the tokens are spilled."""
-    if stop - start <= SPILL_SPAN or not is_spilled(a.hist_values):
-        return [(start, stop)]
-    cuts = [*range(start, stop, SPILL_SPAN), stop]
-    return list(zip(cuts[:-1], cuts[1:], strict=True))
+def _span_size(a: TraceArrays, start: int, stop: int) -> int:
+    """Requests per kernel call: all of ``[start, stop)``, or SPILL_SPAN when the tokens are
+    spilled."""
+    return SPILL_SPAN if is_spilled(a.hist_values) else stop - start
 
 
 def kv_pass(wl: Workload, kv_tokens: int) -> ReplayResult:

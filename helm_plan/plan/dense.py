@@ -26,7 +26,7 @@ import numpy as np
 from helm_plan._densify import running_tokens
 from helm_plan.arrays import TraceArrays
 from helm_plan.errors import ConfigError
-from helm_plan.io import release_spilled, spill_array
+from helm_plan.io import spans, spill_array
 from helm_plan.plan.scale import (
     ScaleBy,
     Scaling,
@@ -70,9 +70,8 @@ def scale_arrays(
     # distinct history items, as the table's count of distinct new_items (a bitmap: a
     # bincount would widen every token to int64 first, 8 bytes a token of transient)
     seen = np.zeros(a.n_items, np.bool_)
-    for i in range(0, len(a.hist_values), SPAN):
-        _mark(a.hist_values[i : i + SPAN], seen)
-        release_spilled()
+    for i, j in spans(0, len(a.hist_values), SPAN):
+        _mark(a.hist_values[i:j], seen)
     items = int(np.count_nonzero(seen))
     # the dense users are the distinct ids already: no np.unique of a per-request column
     info = scaling_info(str(by), factor, a.ts_s, out.ts_s, a.n_users, out.n_users, items,
@@ -114,10 +113,9 @@ def _gather(
     hist = (
         np.empty(n_tok, np.int32) if spill_dir is None else spill_array(n_tok, np.int32, spill_dir)
     )
-    for i, j in _spans(len(rows)):  # each span's pages of spilled tokens dropped after it
+    for i, j in spans(0, len(rows), SPAN):  # each span's pages of spilled tokens dropped after it
         _place_rows(rows[i:j], a.user, a.hist_end, a.n_new, a.user_hist_offsets, a.hist_values,
                     user[i:j], hist_end[i:j], uoff, remap, hist)  # fmt: skip
-        release_spilled()
     if explicit:
         cand_offsets = np.zeros(len(rows) + 1, np.int64)
         np.cumsum(n_cand, out=cand_offsets[1:])
@@ -141,18 +139,12 @@ def _used_items(a: TraceArrays, rows: np.ndarray) -> np.ndarray:
     if seen.all():  # every request kept (whole clones): every item stays
         return np.ones(a.n_items, np.bool_)
     used = np.zeros(a.n_items, np.bool_)
-    for i, j in _spans(a.n_requests):
+    for i, j in spans(0, a.n_requests, SPAN):
         _mark_items(seen[i:j], a.user[i:j], a.hist_end[i:j], a.n_new[i:j], a.user_hist_offsets,
                     a.hist_values, used)  # fmt: skip
-        release_spilled()
     if a.explicit_candidates:
         _mark_cands(seen, a.cand_offsets, a.cand_values, used)
     return used
-
-
-def _spans(n: int) -> list[tuple[int, int]]:
-    cuts = [*range(0, n, SPAN), n]
-    return list(zip(cuts[:-1], cuts[1:], strict=True))
 
 
 @nb.njit(cache=True)
