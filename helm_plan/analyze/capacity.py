@@ -51,8 +51,6 @@ class CapacityInputs:
     """How each node serves (its SLO is the plan's)."""
     oracle: OracleConfig
     """The best-static grid of the routing comparison."""
-    spill_dir: str | None = None
-    """Where the operating point's scaled tokens live (None: memory)."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -71,12 +69,12 @@ class Capacity:
     """router, window, start_s, p99_ms, ratio_min, ratio_max, ratio_spread, work_max_mean."""
 
 
-def _planned_context(
-    res: PlanResult, ctx: NodeContext, seed: int, spill_dir: str | None
-) -> NodeContext:
+def _planned_context(res: PlanResult, ctx: NodeContext) -> NodeContext:
+    """The trace as the plan scaled it (its config's seed and spill folder)."""
+    cfg = res.config
     t, _ = scale_arrays(ctx.arrays, res.scaling.factor, by=res.scaling.method,
-                        window_s=res.config.node.window_s, seed=seed,
-                        spill_dir=spill_dir)  # fmt: skip
+                        window_s=cfg.node.window_s, seed=cfg.seed,
+                        spill_dir=cfg.spill_dir)  # fmt: skip
     return prepare_context(t, ctx.gpu, ctx.model, ctx.latency,
                            pool_bytes=ctx.pool_bytes, latency_profile=ctx.latency_profile)  # fmt: skip
 
@@ -100,7 +98,7 @@ def capacity(
         ok = cap.filter(pl.col("nodes").is_not_null()).sort(["nodes", "p99_ms"])
         best = ok["policy"][0]
         node = dataclasses.replace(inp.node, slo_ms=res.slo_ms)
-        pctx = _planned_context(res, ctx, inp.plan.seed, inp.spill_dir)
+        pctx = _planned_context(res, ctx)
         pts = compare(pctx, inp.plan.routers, [best],
                       ClusterConfig(nodes=n, node=node, seed=inp.plan.seed), oracle=inp.oracle,
                       executor=executor)  # fmt: skip

@@ -39,7 +39,7 @@ def capacity_inputs(cfg: AnalyzeConfig) -> CapacityInputs:
         load_max_requests=cfg.capacity_max_requests, n_boot=cfg.n_boot,
         ci_level=cfg.confidence, seed=cfg.seed, spill_dir=cfg.spill_dir,
     )  # fmt: skip
-    return CapacityInputs(plan=pcfg, node=cfg.node, oracle=cfg.oracle, spill_dir=cfg.spill_dir)
+    return CapacityInputs(plan=pcfg, node=cfg.node, oracle=cfg.oracle)
 
 
 def stage_capacity(

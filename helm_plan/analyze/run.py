@@ -214,7 +214,7 @@ def _run_analyze(
             # the plan and the operating point scale the loaded arrays (plan.dense): the
             # trace is never read as a table (history lists included: ~0.7 KB a request)
             plan_key = asdict(capacity_inputs(cfg))
-            plan_key["spill_dir"] = plan_key["plan"]["spill_dir"] = None  # never changes a result
+            plan_key["plan"]["spill_dir"] = None  # never changes a result
             keys["capacity"] = stable_hash({**base, "stage": "capacity", "plan": plan_key})
             cap = cached_or("capacity", lambda tick: stage_capacity(
                 ctx, capacity_inputs(cfg), tick, executor))  # fmt: skip
