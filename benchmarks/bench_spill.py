@@ -27,17 +27,11 @@ import time
 from pathlib import Path
 
 
-def _peak_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status (Linux only)")
-
-
 def child(path: str, spill: str, pool_fraction: float) -> None:
     import hashlib
 
     import numpy as np
+    from bench_analyze import peak_mib as _peak_mib  # this process's VmHWM
 
     from helm_plan.analyze.stages import workload_tables
     from helm_plan.sim import NodeConfig, load_context, simulate_node
