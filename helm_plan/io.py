@@ -357,7 +357,7 @@ def spill_array(n: int, dtype: Any, directory: str | os.PathLike[str]) -> np.nda
                 hint="point the spill at a disk with room, or free some",
             )
         os.posix_fallocate(fd, 0, size)
-        mm = mmap.mmap(fd, size)
+        mm = _random_access(mmap.mmap(fd, size))
     except OSError as e:
         os.close(fd)
         raise _spill_error(d, e) from e
@@ -372,6 +372,14 @@ def _spill_error(d: Path, e: OSError) -> InputFileError:
                           hint="point the spill at a writable folder with free space")  # fmt: skip
 
 
+def _random_access(mm: mmap.mmap) -> mmap.mmap:
+    """``mm`` with read-ahead off: a fault maps its own page, not the read-ahead's folio."""
+    # the kernels touch a user's slice here and there; a fault's read-ahead (8 MiB on some
+    # disks) fills large folios that the fault then maps whole, and writes back whole
+    mm.madvise(mmap.MADV_RANDOM)
+    return mm
+
+
 def map_spill(path: str) -> mmap.mmap:
     """Map a spill another process created (its :func:`spill_mappings` path), registered for
     :func:`release_spilled` in this process too."""
@@ -381,7 +389,7 @@ def map_spill(path: str) -> mmap.mmap:
         raise InputFileError(f"cannot map the spilled array {path}: {e.strerror}",
                              hint="the process that spilled it has ended") from e  # fmt: skip
     try:
-        mm = mmap.mmap(fd, 0)
+        mm = _random_access(mmap.mmap(fd, 0))
     except BaseException:
         os.close(fd)
         raise

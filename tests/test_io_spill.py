@@ -29,8 +29,8 @@ from helm_plan.profiles import DEFAULT_MODEL, load_model
 from helm_plan.sim import NodeConfig, load_context
 
 
-def _mapped_kib(a: np.ndarray) -> int:
-    """Resident KiB of the mapping that holds ``a`` (/proc/self/smaps)."""
+def _smaps_field(a: np.ndarray, field: str) -> list[str]:
+    """The ``field`` line (split) of the mapping that holds ``a`` (/proc/self/smaps)."""
     lo = int(a.ctypes.data)
     lines = Path("/proc/self/smaps").read_text().splitlines()
     for i, line in enumerate(lines):
@@ -39,9 +39,23 @@ def _mapped_kib(a: np.ndarray) -> int:
             s, e = (int(x, 16) for x in head.split("-"))
             if s <= lo < e:
                 for nxt in lines[i + 1 :]:
-                    if nxt.startswith("Rss:"):
-                        return int(nxt.split()[1])
+                    if nxt.startswith(field + ":"):
+                        return nxt.split()[1:]
     raise AssertionError("no mapping holds the array")
+
+
+def _mapped_kib(a: np.ndarray) -> int:
+    """Resident KiB of the mapping that holds ``a``."""
+    return int(_smaps_field(a, "Rss")[0])
+
+
+def test_spill_mappings_read_no_ahead(tmp_path):
+    # with read-ahead (8 MiB on this machine's disk) a fault filled large folios that it then
+    # mapped whole: the 10M-request load held 2-3 GB of the token file and wrote 600 GB back
+    a = io.spill_array(1 << 20, np.int32, tmp_path)
+    assert "rr" in _smaps_field(a, "VmFlags")  # MADV_RANDOM
+    (path,) = [p for s, _, p in io.spill_mappings() if s == int(a.ctypes.data)]
+    assert "rr" in _smaps_field(np.frombuffer(io.map_spill(path), np.uint8), "VmFlags")
 
 
 def test_spilled_array_keeps_its_data_while_its_pages_are_dropped(tmp_path):
