@@ -82,11 +82,18 @@ def test_file_build_equals_sorting_build(tmp_path, with_candidates, sparse):
             c = t.column("candidates").combine_chunks()
             cv = c.values.to_numpy() * 7_919_000_000_007 % (1 << 62)
             t = t.set_column(4, "candidates", pa.ListArray.from_arrays(c.offsets, pa.array(cv)))
+        # and hashed 62-bit user ids: the users' hash set and binary-search ranks
+        uid = t.column("user_id").to_numpy() * 7_919_000_000_007 % (1 << 62)
+        t = t.set_column(t.schema.get_field_index("user_id"), "user_id", pa.array(uid))
     p = tmp_path / "t.parquet"
     write(t, p, row_group=300)  # batches straddle row groups
     ref = reference(t)
-    assert_same(A.from_file(p, batch_rows=128), ref)
+    a = A.from_file(p, batch_rows=128)
+    assert_same(a, ref)
     assert_same(A.from_table(t), ref)
+    first = np.zeros(len(ref["user"]), bool)
+    first[np.unique(ref["user"], return_index=True)[1]] = True
+    np.testing.assert_array_equal(_densify.first_requests(a.user, a.n_users), first)
     # the table source cut into odd batches, as a stream would arrive
     assert_same(
         A.TraceArrays(

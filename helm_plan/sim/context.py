@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from helm_plan._densify import first_requests
 from helm_plan.arrays import TraceArrays, from_file, from_table, window_edges
 from helm_plan.cache.core import Workload
 from helm_plan.cache.footprint import final_context, footprint
@@ -106,8 +107,7 @@ def prepare_context(
             "split does not matter here; use --pool-fraction < 1, --scale or synth --like "
             "--scale to study a larger workload"
         )
-    first_visit = np.zeros(arrays.n_requests, bool)
-    first_visit[np.unique(arrays.user, return_index=True)[1]] = True
+    first_visit = first_requests(arrays.user, arrays.n_users)
     return NodeContext(
         workload=wl,
         gpu=gpu,
