@@ -11,6 +11,7 @@ from conftest import small_table
 from helm_plan import trace
 from helm_plan.analyze import build_config, run_analyze
 from helm_plan.arrays import from_table
+from helm_plan.cache import core
 from helm_plan.plan.scale import scale
 
 BASE = {
@@ -51,6 +52,15 @@ def test_scaled_traffic_is_analysed_on_one_node_of_the_binding_fleet(tmp_path):
     assert '<section id="capacity">' in html and '<section id="routing">' in html
     assert html.index('id="capacity"') < html.index('id="policies"')
     assert res.summary["verdict"][0] == cap["answer"][0]
+    # tokens on disk never change a result, so a rerun with them reuses every stage
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    before = core.REPLAYED["requests"]
+    again = run_analyze(tp, build_config({**plan, "analyze": {**plan["analyze"],
+                                                              "spill_dir": str(spill)}}),
+                        tmp_path / "out")  # fmt: skip
+    assert core.REPLAYED["requests"] == before
+    assert again.summary["capacity"] == cap and not list(spill.iterdir())
 
 
 def test_footprint_that_fits_says_so_first_and_skips_the_trials(tmp_path):
