@@ -13,7 +13,12 @@ sojourns of both sides are hashed: ``same sojourns: True`` when they agree.
 Pool: ``--pool-fraction`` of the footprint (0.05 by default: 25 % of a 1.5M-request
 trace's footprint exceeds an A100's HBM).
 
-Run: ``python benchmarks/bench_spill.py [--requests N] [--pool-fraction F] [--dir DIR]``.
+``--trace FILE`` measures an existing trace instead (e.g. a 10M-request one), and
+``--windows N`` runs the node over its first ``N`` windows only (a whole 10M-request
+run takes most of an hour a side on one core).
+
+Run: ``python benchmarks/bench_spill.py [--requests N | --trace FILE] [--windows N]
+[--pool-fraction F] [--dir DIR]``.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import time
 from pathlib import Path
 
 
-def child(path: str, spill: str, pool_fraction: float) -> None:
+def child(path: str, spill: str, pool_fraction: float, windows: int) -> None:
     import hashlib
 
     import numpy as np
@@ -35,23 +40,31 @@ def child(path: str, spill: str, pool_fraction: float) -> None:
 
     from helm_plan.analyze.stages import workload_tables
     from helm_plan.sim import NodeConfig, load_context, simulate_node
+    from helm_plan.sim.step import NodeRunner
 
     t0 = time.perf_counter()
     ctx = load_context(path, pool_fraction=pool_fraction, spill_dir=spill or None)
     load_s, loaded = time.perf_counter() - t0, _peak_mib()
     t0 = time.perf_counter()
     workload_tables(ctx.arrays, ctx.model.max_seq_len)
-    res = simulate_node(ctx, np.array([0.5]), NodeConfig())
+    if windows:  # the first windows only, stepped as simulate_node steps them
+        node = NodeRunner(ctx, NodeConfig())
+        parts = [node.step(0.5).sojourn_s for _ in range(min(windows, node.n_windows))]
+        sojourn, served = np.concatenate(parts), int(node.edges[len(parts)])
+    else:
+        sojourn = simulate_node(ctx, np.array([0.5]), NodeConfig()).sojourn_s
+        served = ctx.arrays.n_requests
     run_s = time.perf_counter() - t0
-    sha = hashlib.sha256(np.ascontiguousarray(res.sojourn_s).tobytes()).hexdigest()
+    sha = hashlib.sha256(np.ascontiguousarray(sojourn).tobytes()).hexdigest()
     print(json.dumps({"load_s": load_s, "run_s": run_s, "loaded_mib": loaded,
                       "peak_mib": _peak_mib(), "requests": ctx.arrays.n_requests,
-                      "tokens_mib": ctx.arrays.hist_values.nbytes / 2**20, "sha": sha}))  # fmt: skip
+                      "served": served, "tokens_mib": ctx.arrays.hist_values.nbytes / 2**20,
+                      "sha": sha}))  # fmt: skip
 
 
-def run_child(path: Path, spill: str, pool_fraction: float) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", str(path), spill, str(pool_fraction)],
-                         capture_output=True, text=True, check=False)  # fmt: skip
+def run_child(path: Path, spill: str, pool_fraction: float, windows: int) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", str(path), spill, str(pool_fraction),
+                          str(windows)], capture_output=True, text=True, check=False)  # fmt: skip
     if out.returncode:
         raise SystemExit(f"child (spill {spill!r}) failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -60,26 +73,33 @@ def run_child(path: Path, spill: str, pool_fraction: float) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=1_200_000)
+    ap.add_argument("--trace", help="an existing trace file instead of the generated one")
+    ap.add_argument("--windows", type=int, default=0, help="run the first N windows (0 = all)")
     ap.add_argument("--pool-fraction", type=float, default=0.05)
     ap.add_argument("--dir", default=tempfile.gettempdir(), help="where the trace is cached")
-    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child[0], args.child[1], float(args.child[2]))
+        child(args.child[0], args.child[1], float(args.child[2]), int(args.child[3]))
         return
     from bench_analyze import make_trace  # the same trace file, written once and reused
 
-    p = make_trace(Path(args.dir), args.requests, 64)
+    p = Path(args.trace) if args.trace else make_trace(Path(args.dir), args.requests, 64)
     with tempfile.TemporaryDirectory(dir=args.dir) as spill:
-        ours = run_child(p, spill, args.pool_fraction)
-        peer = run_child(p, "", args.pool_fraction)
+        ours = run_child(p, spill, args.pool_fraction, args.windows)
+        peer = run_child(p, "", args.pool_fraction, args.windows)
         left = list(Path(spill).iterdir())
     same = ours["sha"] == peer["sha"]
     print(f"\ntrace: {p.name}, {ours['requests']:,} requests, tokens {ours['tokens_mib']:,.0f} MiB")
     print("| figure | ours (tokens on disk) | peer: tokens in memory (same run) | ratio |")
     print("|---|---|---|---|")
-    print(f"| load, workload tables, one whole-trace run | {ours['peak_mib']:,.0f} MiB peak "
-          f"({ours['loaded_mib']:,.0f} after the load); load {ours['load_s']:.1f} s, run "
+    what = (
+        f"the first {args.windows} windows ({ours['served']:,} requests)"
+        if args.windows
+        else "one whole-trace run"
+    )
+    print(f"| load, workload tables, {what} at r = 0.5 | {ours['peak_mib']:,.0f} MiB peak "
+          f"({ours['loaded_mib']:,.0f} by the load's end); load {ours['load_s']:.1f} s, run "
           f"{ours['run_s']:.1f} s | {peer['peak_mib']:,.0f} MiB ({peer['loaded_mib']:,.0f}); "
           f"load {peer['load_s']:.1f} s, run {peer['run_s']:.1f} s | "
           f"{ours['peak_mib'] / peer['peak_mib']:.2f}x memory, "

@@ -181,6 +181,11 @@ CASES = {
         "--requests 2000 --pool-fraction 0.3 --dir {d}",
         ("| figure | ours (tokens on disk) |", "same sojourns: True; spill files left behind: 0"),
     ),
+    "bench_spill_windows": Case(
+        "bench_spill",
+        "--requests 2000 --windows 3 --pool-fraction 0.3 --dir {d}",
+        ("| load, workload tables, the first 3 windows (", "same sojourns: True"),
+    ),
     "bench_sim": Case(
         "bench_sim",
         "--requests-peer 300 --trials 1 --workers 1 --duration-s 5",
