@@ -32,7 +32,7 @@ from helm_plan.sim import metrics
 from helm_plan.sim.batching import BatchResult
 from helm_plan.sim.context import NodeContext
 from helm_plan.sim.node import collect
-from helm_plan.sim.policy import Observation, Policy, SchedulePolicy
+from helm_plan.sim.policy import Observation, Policy, SchedulePolicy, runner_config
 from helm_plan.sim.step import NodeRunner, WindowResult
 
 PolicyArg = Policy | Sequence[Policy] | float | np.ndarray
@@ -72,10 +72,10 @@ def simulate_cluster(
     """
     ncfg = cfg.node
     n_nodes = cfg.nodes
-    runners = [NodeRunner(ctx, ncfg) for _ in range(n_nodes)]
-    n_w = runners[0].n_windows
-    edges = runners[0].edges
+    n_w = ctx.n_windows(ncfg.window_s)
     policies = node_policies(policy, n_nodes, n_w)
+    runners = [NodeRunner(ctx, runner_config(ncfg, policies)) for _ in range(n_nodes)]
+    edges = runners[0].edges
     for p in policies:
         p.reset()
     router = get_router(cfg.router)

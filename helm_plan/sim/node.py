@@ -20,7 +20,7 @@ from helm_plan.latency.model import TERMS
 from helm_plan.sim import metrics
 from helm_plan.sim.config import NodeConfig
 from helm_plan.sim.context import NodeContext
-from helm_plan.sim.policy import Observation, Policy, SchedulePolicy
+from helm_plan.sim.policy import Observation, Policy, SchedulePolicy, runner_config
 from helm_plan.sim.step import NodeRunner, WindowResult
 
 
@@ -100,8 +100,7 @@ def simulate_node(ctx: NodeContext, policy: Policy | np.ndarray, cfg: NodeConfig
     kv_reuse_rate, h2d_bytes, prefetch_bytes, blocked_ms, measured (False for
     warm-up windows).
     """
-    runner = NodeRunner(ctx, cfg)
-    n_w = runner.n_windows
+    n_w = ctx.n_windows(cfg.window_s)
     if not isinstance(policy, Policy):
         r = np.asarray(policy, np.float64).reshape(-1)
         if len(r) == 1 and n_w > 1:
@@ -113,6 +112,7 @@ def simulate_node(ctx: NodeContext, policy: Policy | np.ndarray, cfg: NodeConfig
                 hint="pass one ratio per window, or one for all",
             )
         policy = SchedulePolicy(r)
+    runner = NodeRunner(ctx, runner_config(cfg, [policy]))
     policy.reset()
     feats = metrics.window_features(
         ctx.arrays.ts_s, runner.edges, cfg.window_s, ctx.first_visit, ctx.ctx_len

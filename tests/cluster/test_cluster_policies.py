@@ -8,11 +8,12 @@ from cluster_fixtures import context, small_model
 from conftest import small_table
 
 from helm_plan.cluster import ClusterConfig, simulate_cluster
+from helm_plan.cluster import sim as cluster_sim
 from helm_plan.cluster.compare import router_ci, run_point
 from helm_plan.cluster.policies import fleet_best_static, node_policies
 from helm_plan.errors import ConfigError
 from helm_plan.oracle import OracleConfig
-from helm_plan.sim import NodeConfig, Observation, Policy, SchedulePolicy
+from helm_plan.sim import NodeConfig, Observation, Policy, SchedulePolicy, StaticPolicy
 
 
 class Recorder(Policy):
@@ -111,3 +112,25 @@ def test_router_ci_is_paired_and_centred():
     assert ci.attainment_gain == pytest.approx(
         a.overall["slo_attainment"] - b.overall["slo_attainment"]
     )
+
+
+def test_a_static_cluster_counts_nothing_and_gives_the_same_results(monkeypatch):
+    """Nodes that never raise r step with lazy refill (``runner_config``): no counts, and the
+    results of the configured refill that counted every lookup."""
+    ctx = _ctx()
+    cfg = ClusterConfig(nodes=3, router="jsq", node=NodeConfig(window_s=1.0, refill="throttled"))
+    flags: list[bool] = []
+    real = cluster_sim.ClusterState
+
+    def spy(*args):
+        flags.append(args[-1])  # whether the nodes keep hotness counts
+        return real(*args)
+
+    monkeypatch.setattr(cluster_sim, "ClusterState", spy)
+    new = simulate_cluster(ctx, StaticPolicy(0.6), cfg)
+    monkeypatch.setattr(cluster_sim, "runner_config", lambda c, _: c)
+    old = simulate_cluster(ctx, StaticPolicy(0.6), cfg)
+    assert flags == [False, True]
+    for name in ("node", "sojourn_s", "miss_bytes", "ratios"):
+        np.testing.assert_array_equal(getattr(new, name), getattr(old, name))
+    assert new.windows.equals(old.windows) and new.p99_ms == old.p99_ms
