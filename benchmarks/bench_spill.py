@@ -39,7 +39,8 @@ def child(path: str, spill: str, pool_fraction: float, windows: int) -> None:
     from bench_analyze import peak_mib as _peak_mib  # this process's VmHWM
 
     from helm_plan.analyze.stages import workload_tables
-    from helm_plan.sim import NodeConfig, load_context, simulate_node
+    from helm_plan.sim import NodeConfig, StaticPolicy, load_context, simulate_node
+    from helm_plan.sim.policy import runner_config
     from helm_plan.sim.step import NodeRunner
 
     t0 = time.perf_counter()
@@ -48,7 +49,7 @@ def child(path: str, spill: str, pool_fraction: float, windows: int) -> None:
     t0 = time.perf_counter()
     workload_tables(ctx.arrays, ctx.model.max_seq_len)
     if windows:  # the first windows only, stepped as simulate_node steps them
-        node = NodeRunner(ctx, NodeConfig())
+        node = NodeRunner(ctx, runner_config(NodeConfig(), [StaticPolicy(0.5)]))
         parts = [node.step(0.5).sojourn_s for _ in range(min(windows, node.n_windows))]
         sojourn, served = np.concatenate(parts), int(node.edges[len(parts)])
     else:
