@@ -127,7 +127,8 @@ def runner_config(cfg: NodeConfig, policies: Iterable[Policy]) -> NodeConfig:
     counts; counting every lookup into them cost a static run about a fifth of its time
     (and a cluster nodes x keys floats). The results are the same in every refill mode.
     """
-    if cfg.refill == "lazy" or any(p.raises_ratio for p in policies):
+    # a policy registered on the protocol without subclassing it may lack the property
+    if cfg.refill == "lazy" or any(getattr(p, "raises_ratio", True) for p in policies):
         return cfg
     return dataclasses.replace(cfg, refill="lazy")
 

@@ -59,6 +59,13 @@ def test_which_policies_may_raise_r():
     lazy = NodeConfig(refill="lazy")
     assert runner_config(lazy, [StaticPolicy(0.4)]) is lazy
 
+    class Duck:  # the protocol's methods, registered rather than subclassed: it may raise r
+        def decide(self, obs: Observation) -> float:
+            return 0.5
+
+    Policy.register(Duck)
+    assert runner_config(cfg, [StaticPolicy(0.4), Duck()]) is cfg
+
 
 def _spy_counts(monkeypatch) -> list[object]:
     seen: list[object] = []
