@@ -124,7 +124,7 @@ def runner_config(cfg: NodeConfig, policies: Iterable[Policy]) -> NodeConfig:
     policy ever raises ``r``.
 
     Only a growing EMB cache is refilled, so such a run never reads the refill's hotness
-    counts; counting every lookup into them cost a static run about a fifth of its time
+    counts; counting every lookup into them cost a static run about a quarter of its time
     (and a cluster nodes x keys floats). The results are the same in every refill mode.
     """
     # a policy registered on the protocol without subclassing it may lack the property
