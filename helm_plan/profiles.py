@@ -385,6 +385,17 @@ def load_model(name_or_path: str | Path) -> ModelProfile:
     return m
 
 
+def resolve_slo_ms(model: ModelProfile, slo_ms: float | None = None) -> float:
+    """The one SLO rule of every command: ``slo_ms`` when given, else the model profile's
+    ``default_slo_ms`` (its ``slo_source`` says where that number comes from)."""
+    if slo_ms is None:
+        return float(model.default_slo_ms)
+    if not (slo_ms > 0 and slo_ms < float("inf")):
+        raise ProfileError(f"slo_ms must be positive and finite, got {slo_ms}",
+                           hint="pass --slo-ms > 0 (milliseconds)")  # fmt: skip
+    return float(slo_ms)
+
+
 def load_latency(name_or_path: str | Path) -> LatencyProfile:
     """Load a latency profile by shipped name or path."""
     return _load("latency", LatencyProfile, name_or_path)
