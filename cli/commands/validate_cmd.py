@@ -22,6 +22,7 @@ from helm_plan_cli.output import emit_json, emit_table
 from helm_plan_cli.progress import task
 from rich.table import Table
 
+from helm_plan import regimes
 from helm_plan.controller import training
 from helm_plan.controller.runtime import Controller
 from helm_plan.sim import NodeConfig, load_context
@@ -64,7 +65,9 @@ def validate(
     figs = []
     with task("validating", quiet=quiet or as_json) as progress:
         for i, (name, ctx) in enumerate(_contexts(traces, pool_fraction, seed)):
-            figs.append(training.validate(ctrl, ctx, name, ncfg, ablation=ablation).figures)
+            spans = regimes.read_spans(name)
+            figs.append(training.validate(ctrl, ctx, name, ncfg, ablation=ablation,
+                                          spans=spans).figures)  # fmt: skip
             progress(i + 1, len(traces))
     if as_json:
         emit_json("validate", {"controller": str(controller), "traces": figs})
@@ -84,7 +87,22 @@ def validate(
             str(f["narrow_windows"]),
             f"{f['latency_median_us']:.1f}/{f['latency_p99_us']:.1f}",
         )  # fmt: skip
-    emit_table(t)
+    emit_table(t, *[regime_rich(f) for f in figs if f.get("regimes")])
+
+
+def regime_rich(f: dict) -> Table:
+    """One trace's per-regime figures (P99 ms and SLO attainment per policy) as a table."""
+    t = Table(title=f"{Path(f['trace']).name}: P99 ms (SLO attainment) per regime")
+    pols = list(dict.fromkeys(r["policy"] for r in f["regimes"]))
+    t.add_column("regime")
+    for p in pols:
+        t.add_column(p, justify="right")
+    for reg in dict.fromkeys(r["regime"] for r in f["regimes"]):
+        cell = {r["policy"]: r for r in f["regimes"] if r["regime"] == reg}
+        t.add_row(
+            reg, *[f"{cell[p]['p99_ms']:.3f} ({cell[p]['slo_attainment']:.1%})" for p in pols]
+        )
+    return t
 
 
 def register(app: typer.Typer) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 import polars as pl
 
 from helm_plan import exec as executors
-from helm_plan import io, rundir, synth, trace
+from helm_plan import io, regimes, rundir, synth, trace
 from helm_plan._densify import release_memory
 from helm_plan.analyze.capacity import oracle_shortcut
 from helm_plan.analyze.config import AnalyzeConfig
@@ -253,7 +253,8 @@ def _run_analyze(
             cached_or("curves", lambda tick: curves_bg.result())
         cached_or("policies", lambda tick: stage_policies(
             op_ctx, cfg.node, ocfg, labels, n_boot=cfg.n_boot, confidence=cfg.confidence,
-            seed=cfg.seed, progress=tick, executor=executor, static=static))  # fmt: skip
+            seed=cfg.seed, progress=tick, executor=executor, static=static,
+            spans=regimes.read_spans(tpath)))  # fmt: skip
 
         t_rep = time.perf_counter()
         with pf("report") as tick:

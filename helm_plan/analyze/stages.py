@@ -9,6 +9,7 @@ here prints or writes files; :mod:`helm_plan.analyze.run` caches the outputs.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from helm_plan.oracle.labels import grid_suffix
 from helm_plan.oracle.static import BackgroundStatic, StaticRuns
 from helm_plan.policies import PolicyEnv, parse_policy
 from helm_plan.pool import Pool
+from helm_plan.regimes import RegimeSpan
 from helm_plan.sim import (
     NodeConfig,
     NodeContext,
@@ -41,6 +43,7 @@ from helm_plan.sim import (
     replay_span,
     simulate_node,
 )
+from helm_plan.sim.regime_figures import regime_table
 
 _TOKEN_SPAN = 1 << 24
 """History tokens counted at a time (their pages are dropped after each span when spilled)."""
@@ -280,6 +283,7 @@ def stage_policies(
     progress: Progress = _noop,
     executor: Executor | None = None,
     static: BackgroundStatic | None = None,
+    spans: Sequence[RegimeSpan] = (),
 ) -> StageOutput:
     """Best static search (or ``static``, the same search already running in the background), the policies, the oracle's pooled figures and sensitivity.
 
@@ -287,7 +291,8 @@ def stage_policies(
     whole-trace runs at constant ratios, shared with the best-static search;
     the oracle's pooled figures come from the carry oracle's own run. Only the
     adaptive policies replay the trace here, mapped over the executor (they are
-    independent whole-trace runs).
+    independent whole-trace runs). ``spans`` (the trace's regime spans) give the
+    ``regimes`` table: each policy's and the oracle schedule's figures per regime.
     """
     total = len(POLICY_NAMES) + 2
     progress(0, total)
@@ -360,6 +365,9 @@ def stage_policies(
         )
     progress(total, total)
     static_eval = bs.evaluated.rename({"r": "ratio"})
+    by_regime = dict(results)
+    if isinstance(pooled, NodeResult):  # the carry oracle's own run of its schedule
+        by_regime["oracle"] = pooled
     tables = {
         "policy_windows": pl.concat(pw, how="vertical_relaxed"),
         "policies": pl.DataFrame(pols),
@@ -367,6 +375,7 @@ def stage_policies(
         "sensitivity": pl.concat(sens, how="vertical_relaxed"),
         "adaptivity": pl.DataFrame(ad_rows),
         "static_sweep": static_eval,
+        "regimes": regime_table(by_regime, ctx.arrays.ts_s, spans, node_cfg.slo_ms),
     }
     meta = {
         "best_static_ratio": bs.ratio,

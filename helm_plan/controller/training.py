@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,10 +29,12 @@ from helm_plan.controller.policy import ControllerPolicy
 from helm_plan.controller.runtime import Controller, RuntimeConfig
 from helm_plan.oracle import OracleConfig, best_static, label_windows
 from helm_plan.oracle.sensitivity import adaptivity_ci
+from helm_plan.regimes import RegimeSpan
 from helm_plan.sim.config import NodeConfig
 from helm_plan.sim.context import NodeContext, load_context
 from helm_plan.sim.node import NodeResult, simulate_node
 from helm_plan.sim.policy import SchedulePolicy, fill_forward
+from helm_plan.sim.regime_figures import regime_table
 
 NARROW_BAND = 0.1
 """|r − r*| is reported over windows whose flat band is narrower than this (elsewhere r* is
@@ -191,6 +193,7 @@ def validate(
     ncfg: NodeConfig = DEFAULT_NODE,
     ocfg: OracleConfig = DEFAULT_ORACLE,
     ablation: bool = True,
+    spans: Sequence[RegimeSpan] = (),
 ) -> Validation:
     """Run the controller closed loop on ``ctx`` and compare it with the oracle and best static.
 
@@ -199,7 +202,10 @@ def validate(
     ``regret_vs_oracle`` (P99 / oracle P99 − 1), ``vs_best_static`` (P99 / best static − 1),
     ``gain_ci`` (bootstrap CI of 1 − P99 / best static P99), SLO attainments,
     ``abs_dr_narrow`` (mean |r − r*| over measured windows with a flat band < 0.1; NaN when
-    there is none) with ``narrow_windows``, decision latency, and the ablation P99s.
+    there is none) with ``narrow_windows``, decision latency, and the ablation P99s;
+    ``regimes``: P99 and SLO attainment of best static, the oracle schedule and the
+    controller per regime of ``spans`` (the trace's regime spans;
+    :func:`helm_plan.sim.regime_figures.regime_table` rows; only when spans are given).
     """
     lab = label_windows(ctx, ncfg, ocfg)
     r_star = lab.r_star
@@ -251,4 +257,7 @@ def validate(
     }
     for k, r in runs.items():
         figs[f"p99_ms[{k}]"] = _pooled(r)
+    if spans:  # a trace that records its regimes: the figures per regime too
+        by_regime = {"best-static": static, "oracle": oracle, "controller": run}
+        figs["regimes"] = regime_table(by_regime, ctx.arrays.ts_s, spans, ncfg.slo_ms).to_dicts()
     return Validation(name, figs, run.ratios, r_star)

@@ -27,6 +27,7 @@ from helm_plan.inspect import LABELS as STAT_LABELS
 from helm_plan.report import figures
 from helm_plan.report.capacity import capacity_body, routing_body
 from helm_plan.report.controller import controller_body, controller_summary
+from helm_plan.report.regimes import regimes_body
 from helm_plan.report.store import RunData
 from helm_plan.report.summary import flat_tol, headline, stats_dict, verdict
 
@@ -290,6 +291,7 @@ def _policies(run: RunData, figs: _Figs) -> str:
         "oracle schedule with throttled background refill.</p>"
         + table(_rows(run.table("policies")), cols, highlight="adaptive")
         + figs.section("policies", run)
+        + regimes_body(run, lambda f: figs.add("policies", f), table, FMTS)
     )
 
 

@@ -15,10 +15,11 @@ from typing import Any
 import polars as pl
 
 from helm_plan.report.controller import controller_summary
+from helm_plan.report.regimes import regimes_summary
 from helm_plan.report.store import RunData
 
 SUMMARY_SCHEMA = "helm-plan/summary"
-SUMMARY_SCHEMA_VERSION = "1.0"
+SUMMARY_SCHEMA_VERSION = "1.1"
 
 FLAT_TOLERANCE = 0.02
 """The flatness tolerance of runs whose store predates ``meta['flat_tol']`` (the oracle's default)."""
@@ -281,6 +282,7 @@ def build_summary(run: RunData) -> dict[str, Any]:
     out.update(headline(run))
     out["controller"] = controller_summary(run)
     out["sensitivity"] = sensitivity_summary(run)
+    out["regimes"] = regimes_summary(run)
     out["verdict"] = verdict(run)
     out["timings_s"] = (
         {r["stage"]: r["seconds"] for r in timings.iter_rows(named=True)}
