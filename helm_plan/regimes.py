@@ -10,8 +10,9 @@ of :class:`RegimeSpan` ``(start_s, end_s, name)``, contiguous, half-open
 ``[start_s, end_s)`` (the last one closed at the trace's duration), as JSON in
 the parquet file metadata under :data:`SPANS_KEY`. :func:`read_spans` reads
 them back, so per-regime figures and tests need not know how the trace was
-made. ``synth`` writes the thirds of ``mixed`` (steady, trend, burst) or one
-span named after the regime; a named scenario (``synth --scenario``) writes
+made. ``synth`` writes the thirds of ``mixed`` (steady, trend, burst), the bursts
+of ``burst`` and the steady stretches between them, or one span named after the
+regime; a named scenario (``synth --scenario``) writes
 its phases (e.g. ``A`` and ``B`` of ``detectability``).
 """
 
@@ -104,7 +105,8 @@ class RegimeShape:
         return float(np.trapezoid(self.rate, self.grid_s))
 
     def spans(self) -> list[RegimeSpan]:
-        """Regime spans of this shape: the three thirds of mixed, else the whole trace."""
+        """Regime spans of this shape: the three thirds of mixed; for burst, each burst
+        (overlapping ones merged) and the steady stretches between them; else the whole trace."""
         d = self.duration_s
         if self.regime is Regime.MIXED:
             third = d / 3  # as shape() cuts them
@@ -113,6 +115,20 @@ class RegimeShape:
                 RegimeSpan(third, 2 * third, "trend"),
                 RegimeSpan(2 * third, d, "burst"),
             ]
+        if self.regime is Regime.BURST and self.bursts:
+            out: list[RegimeSpan] = []
+            t = 0.0
+            for a, b in sorted(self.bursts):
+                if out and out[-1].name == "burst" and a <= out[-1].end_s:  # overlapping bursts
+                    out[-1] = RegimeSpan(out[-1].start_s, max(b, out[-1].end_s), "burst")
+                else:
+                    if a > t:
+                        out.append(RegimeSpan(t, a, "steady"))
+                    out.append(RegimeSpan(a, b, "burst"))
+                t = out[-1].end_s
+            if t < d:
+                out.append(RegimeSpan(t, d, "steady"))
+            return out
         return [RegimeSpan(0.0, d, self.regime.value)]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from helm_plan_cli.commands import (
     analyze_cmd,
+    atlas_cmd,
     calibrate_cmd,
     cluster_cmd,
     datasets_cmd,
@@ -36,6 +37,7 @@ COMMAND_MODULES = [
     train_cmd,
     validate_cmd,
     analyze_cmd,
+    atlas_cmd,
     report_cmd,
     datasets_cmd,
 ]
