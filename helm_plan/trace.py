@@ -377,12 +377,20 @@ def validate_file(path: str | os.PathLike[str], *, batch_rows: int = 1 << 20) ->
     return FileCheck(rows=rows, ts_offset_s=offset)
 
 
-def write(table: pa.Table, path: str | os.PathLike[str], provenance: dict[str, Any]) -> Path:
-    """Validate and atomically write ``table`` with provenance in the file metadata."""
+def write(
+    table: pa.Table,
+    path: str | os.PathLike[str],
+    provenance: dict[str, Any],
+    *,
+    metadata: dict[str, str] | None = None,
+) -> Path:
+    """Validate and atomically write ``table`` with provenance (and ``metadata``, e.g. the
+    regime spans) in the file metadata."""
     table = validate(table)
     meta = {
         "helm_plan.schema_version": SCHEMA_VERSION,
         "helm_plan.provenance": json.dumps(provenance, sort_keys=True, default=str),
+        **(metadata or {}),
     }
     return io.write_parquet(path, table, metadata=meta, row_group_size=1 << 20)
 

@@ -36,11 +36,22 @@ from helm_plan.ingest import (
     ingest_to_file,
     parse_column_map,
 )
+from helm_plan.mixshift import parse_shift
 
 KindArg = Annotated[
     str, typer.Argument(help=f"Source kind: {', '.join(KINDS)}.", show_default=False)
 ]
 PathArg = Annotated[Path, typer.Argument(help="Source log file.", show_default=False)]
+ShiftOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--shift",
+        help="Mix shift in each burst of --regime burst|mixed, KIND=SHARE, repeatable: "
+        "flash-crowd (share of burst requests from new users), new-items (share of burst items "
+        "never seen before), returning-wave (share of burst requests from users seen earlier).",
+        show_default=False,
+    ),
+]
 
 
 def ingest(
@@ -56,6 +67,7 @@ def ingest(
     replicate: ReplicateOpt = 1,
     column_map: ColumnMapOpt = None,
     behaviors: BehaviorsOpt = ",".join(TAOBAO_BEHAVIORS),
+    shift: ShiftOpt = None,
     seed: SeedOpt = 0,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -79,6 +91,7 @@ def ingest(
         replicate=replicate,
         seed=seed,
         behaviors=tuple(b.strip().lower() for b in behaviors.split(",") if b.strip()),
+        shifts=tuple(parse_shift(s) for s in shift or ()),
         **(parse_column_map(column_map) if column_map else {}),
     )
     with task(f"ingest {kind}", quiet=quiet or as_json) as update:
@@ -113,6 +126,13 @@ def render(r: IngestReport) -> Table:
     t.add_row("timing", r.timing)
     for note in r.notes:
         t.add_row("note", note)
+    for b in r.shift_bursts:
+        t.add_row(
+            "burst",
+            f"{b['start_s']:.4g}-{b['end_s']:.4g} s: {b['requests']:,} requests "
+            f"(+{b['added_cold']:,} cold, +{b['added_returning']:,} returning); cold share "
+            f"{b['cold_share']:.1%}, new items {b['new_item_share']:.1%}",
+        )
     t.add_row("written", str(r.out))
     return t
 

@@ -24,6 +24,7 @@ from helm_plan import synth
 from helm_plan.config import from_dict
 from helm_plan.errors import ConfigError
 from helm_plan.io import check_output
+from helm_plan.mixshift import parse_shift
 
 
 def _opt(flag: str, help_: str) -> Any:
@@ -102,6 +103,16 @@ def synth_command(
         float,
         _opt("--scale", "With --like: multiply the fitted users, QPS and catalog."),
     ] = 10.0,
+    shift: Annotated[
+        list[str] | None,
+        _opt(
+            "--shift",
+            "With --like: mix shift in each burst, KIND=SHARE, repeatable: flash-crowd (share "
+            "of burst requests from new users), new-items (share of burst items new to the "
+            "catalogue), returning-wave (share of burst requests from users returning with "
+            "their history). Bursts follow --regime (default burst) and --set burst_*.",
+        ),
+    ] = None,
     seed: SeedOpt = 0,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -135,17 +146,25 @@ def synth_command(
                 f"--set {clash[0]} repeats an option given as a flag", hint="give it once"
             )
         fitted = None
+        shifts = tuple(parse_shift(s) for s in shift or ())
+        if shifts and like is None:
+            raise ConfigError("--shift needs --like",
+                              hint="without --like set the bursts' mix with --burst-cold-share, "
+                              "--burst-new-item-share and --set burst_returning_share=...")  # fmt: skip
         if like is not None:
             with task("fit --like", quiet=quiet) as update:
                 fitted = synth.fit(like, progress=update)
-            cfg = synth.like_config(fitted, scale=scale, **{**given, **extra})
+            cfg = synth.like_config(fitted, scale=scale, shifts=shifts, **{**given, **extra})
         else:
             kw = {k: v for k, v in given.items() if v is not None}
             cfg = from_dict(synth.SynthConfig, {**kw, **extra})
         with task("synth", quiet=quiet) as update:
-            res = synth.write(
-                cfg, out, like=None if fitted is None else fitted.to_json(), progress=update
-            )
+            like_doc = None
+            if fitted is not None:
+                like_doc = fitted.to_json()
+                if shifts:
+                    like_doc["mix_shifts"] = [s.text() for s in shifts]
+            res = synth.write(cfg, out, like=like_doc, progress=update)
         what = f"regime {cfg.regime}, qps {cfg.qps:g}, {cfg.duration_s:g} s, seed {cfg.seed}"
     if as_json:
         emit_json(

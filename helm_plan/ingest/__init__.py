@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from helm_plan import io, trace
+from helm_plan import io, regimes, trace
 from helm_plan.ingest import amazon, csvmap, mooncake, movielens, taobao
 from helm_plan.ingest.config import (
     DEFAULT_N_CANDIDATES,
@@ -43,6 +43,7 @@ from helm_plan.ingest.sessions import (
     replicate,
     sessionize,
 )
+from helm_plan.ingest.shifts import inject
 
 __all__ = [
     "DEFAULT_N_CANDIDATES",
@@ -108,15 +109,16 @@ def ingest(path: str | os.PathLike[str], cfg: IngestConfig) -> tuple[pa.Table, I
     notes.extend(timing.notes)
     keep = len(timing.ts_s)
     truncated = req.n - keep
-    offsets = req.offsets[: keep + 1]
-    table = trace.make_table(
-        timing.ts_s,
-        req.user[:keep],
-        offsets,
-        req.items[: offsets[-1]],
-        np.full(keep, cfg.n_candidates, np.int32),
-    )
+    ts, user, offsets = timing.ts_s, req.user[:keep], req.offsets[: keep + 1]
     items = req.items[: offsets[-1]]
+    bursts: tuple[dict[str, Any], ...] = ()
+    if cfg.shifts:
+        inj = inject(ts, user, offsets, items, timing.bursts, cfg.shifts, cfg.seed)
+        ts, user, offsets, items, bursts = inj.ts_s, inj.user, inj.offsets, inj.items, inj.bursts
+        notes.append(f"mix shifts {', '.join(s.text() for s in cfg.shifts)} injected into "
+                     f"{len(bursts)} bursts (seed {cfg.seed})")  # fmt: skip
+    keep = len(ts)
+    table = trace.make_table(ts, user, offsets, items, np.full(keep, cfg.n_candidates, np.int32))
     report = IngestReport(
         kind=cfg.kind,
         variant=info["variant"],
@@ -125,12 +127,14 @@ def ingest(path: str | os.PathLike[str], cfg: IngestConfig) -> tuple[pa.Table, I
         dropped=tuple(info["dropped"]),
         requests_truncated=int(truncated),
         requests=keep,
-        users=pl.Series(req.user[:keep]).n_unique(),
+        users=pl.Series(user).n_unique(),
         items=pl.Series(items).n_unique(),
         new_items=int(len(items)),
         span_s=float(timing.ts_s[-1] - timing.ts_s[0]) if keep else 0.0,
         timing=timing.description,
         notes=tuple(notes),
+        spans=timing.spans,
+        shift_bursts=bursts,
     )
     return table, report
 
@@ -140,6 +144,7 @@ def provenance(
 ) -> dict[str, Any]:
     """The provenance stored in the trace's metadata."""
     args = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    args["shifts"] = [s.text() for s in cfg.shifts]
     return {
         "source": str(Path(path).resolve()),
         "source_sha256": trace.sha256(path) if Path(path).is_file() else None,
@@ -148,6 +153,7 @@ def provenance(
         "seed": cfg.seed,
         "schema_version": trace.SCHEMA_VERSION,
         "timing": report.timing,
+        "mix_shifts": list(report.shift_bursts),
     }
 
 
@@ -157,5 +163,6 @@ def ingest_to_file(
     """Convert ``path`` and atomically write the trace to ``out`` (nothing written on error)."""
     io.check_output(out, path, cfg.arrivals)
     table, report = ingest(path, cfg)
-    trace.write(table, out, provenance(path, cfg, report))
+    spans = {regimes.SPANS_KEY: regimes.spans_json(report.spans)} if report.spans else None
+    trace.write(table, out, provenance(path, cfg, report), metadata=spans)
     return dataclasses.replace(report, out=str(out))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from helm_plan.config import fix_for, require_int, require_positive
 from helm_plan.errors import ConfigError, IngestError
-from helm_plan.regimes import parse_regime
+from helm_plan.mixshift import MixShift, shares
+from helm_plan.regimes import RegimeSpan, parse_regime
 from helm_plan.trace import MAX_N_CANDIDATES
 
 #: Source kinds `ingest` converts, in the order the CLI lists them.
@@ -65,6 +67,8 @@ class IngestConfig:
     """Logs without timestamps whose users are contiguous blocks get a seeded random merge."""
     block_tokens: int = 512
     """mooncake kind: tokens per KV hash block (a partial last block is re-hashed when extended)."""
+    shifts: tuple[MixShift, ...] = ()
+    """Mix shifts injected into the bursts of the re-timing regime (helm_plan.mixshift)."""
 
     def __post_init__(self) -> None:
         check_kind(self.kind)
@@ -92,6 +96,13 @@ class IngestConfig:
                 f"unknown taobao behavior {bad[0]!r}" if bad else "behaviors is empty",
                 hint=f"use a comma list of {', '.join(TAOBAO_BEHAVIORS)}",
             )
+        if self.shifts:
+            shares(self.shifts)
+            if self.regime not in ("burst", "mixed"):
+                raise ConfigError(
+                    "--shift changes the mix inside the bursts of the re-timing regime",
+                    hint="add --regime burst (or mixed)",
+                )
         if self.kind == "csv" and (self.user_col is None or self.item_col is None):
             raise ConfigError(
                 "csv kind needs a column map with user and item",
@@ -156,6 +167,10 @@ class IngestReport:
     """Other things worth knowing (interleaving, rate adjustments)."""
     out: str | None = None
     """Path of the written trace, if any."""
+    spans: tuple[RegimeSpan, ...] = ()
+    """Regime spans of the re-timing regime (recorded in the trace's metadata)."""
+    shift_bursts: tuple[dict[str, Any], ...] = ()
+    """Per burst, what the mix shifts injected and the shares reached (helm_plan.ingest.shifts)."""
 
     @property
     def rows_dropped(self) -> int:

@@ -25,7 +25,7 @@ import numpy as np
 
 from helm_plan.ingest import arrivals as arr
 from helm_plan.ingest.config import DEFAULT_QPS, IngestConfig
-from helm_plan.regimes import arrivals_fixed, parse_regime, shape
+from helm_plan.regimes import RegimeSpan, arrivals_fixed, parse_regime, shape
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,10 @@ class Timing:
     """One line for the report."""
     notes: tuple[str, ...] = ()
     """Adjustments worth reporting."""
+    spans: tuple[RegimeSpan, ...] = ()
+    """Regime spans of the re-timing regime (none when times are kept or drawn from a trace)."""
+    bursts: tuple[tuple[float, float], ...] = ()
+    """Burst intervals of the re-timing regime, seconds."""
 
 
 def assign(order_t: np.ndarray, real_time: bool, cfg: IngestConfig) -> Timing:
@@ -91,4 +95,4 @@ def _regime(n: int, cfg: IngestConfig) -> Timing:
         f"re-timed: {regime.value} regime, mean {qps:.4g} req/s (base {base:.4g}) over "
         f"{duration:.4g} s (seed {cfg.seed})"
     )
-    return Timing(ts, desc, tuple(notes))
+    return Timing(ts, desc, tuple(notes), tuple(sh.spans()), sh.bursts)

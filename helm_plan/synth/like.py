@@ -40,7 +40,7 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ from helm_plan._version import __version__
 from helm_plan.config import Progress, from_dict, require_positive
 from helm_plan.errors import ConfigError, TraceError
 from helm_plan.inspect import ZIPF_MIN_COUNT, TraceStats, inspect_trace
+from helm_plan.mixshift import MixShift, shares
 from helm_plan.synth.catalog import estimate_catalog
 from helm_plan.synth.config import MAX_ITEMS, ROW_GROUP_ROWS, SynthConfig
 from helm_plan.synth.core import iter_chunks, plan
@@ -232,10 +233,14 @@ def fit(path: str | os.PathLike[str], *, progress: Progress | None = None) -> Li
     )
 
 
-def like_config(f: LikeFit, *, scale: float = 10.0, **overrides: Any) -> SynthConfig:
+def like_config(
+    f: LikeFit, *, scale: float = 10.0, shifts: Sequence[MixShift] = (), **overrides: Any
+) -> SynthConfig:
     """A SynthConfig reproducing ``f`` with users, QPS and the catalog scaled by ``scale``.
 
-    ``overrides`` (any SynthConfig field, e.g. ``qps=...``) win over the scaled values;
+    ``shifts`` (:mod:`helm_plan.mixshift`) set the mix of the bursts (regime ``burst``
+    unless ``overrides`` pick ``mixed``; :func:`shift_knobs`). ``overrides`` (any
+    SynthConfig field, e.g. ``qps=...``) win over the scaled values and the shifts' knobs;
     ``None`` values are ignored.
     """
     require_positive("scale", scale)
@@ -251,5 +256,32 @@ def like_config(f: LikeFit, *, scale: float = 10.0, **overrides: Any) -> SynthCo
         "cold_history_mean": f.cold_history_mean,
         "returning_share": 0.0,
     }
+    if shifts:
+        base.update(shift_knobs(f, shifts, overrides.get("regime")))
     base.update({k: v for k, v in overrides.items() if v is not None})
     return from_dict(SynthConfig, base)
+
+
+def shift_knobs(f: LikeFit, shifts: Sequence[MixShift], regime: str | None) -> dict[str, Any]:
+    """The burst knobs that make ``shifts`` (module :mod:`helm_plan.mixshift`) of a ``--like`` trace.
+
+    ``flash-crowd=c`` and ``returning-wave=w``: ``c + w`` of the burst requests are a user's
+    first (``burst_cold_share``), ``w / (c + w)`` of those users return with a history
+    (``burst_returning_share``) of the source's median length (``history_len_p50``);
+    ``new-items=s``: ``s`` of the burst items are new items from the catalogue's reserved
+    tail (``burst_new_item_share``). Burst items come from no hot set (``burst_hot_share``
+    0): the shift changes the mix it names and nothing else.
+    """
+    sh = shares(shifts)
+    if regime is not None and regime not in ("burst", "mixed"):
+        raise ConfigError(f"--shift changes the mix inside bursts, but the regime is {regime}",
+                          hint="use --regime burst or mixed with --shift")  # fmt: skip
+    c, w = sh.get("flash-crowd", 0.0), sh.get("returning-wave", 0.0)
+    return {
+        "regime": regime or "burst",
+        "burst_cold_share": c + w,
+        "burst_returning_share": w / (c + w) if c + w > 0 else 0.0,
+        "returning_history_mean": max(f.history_len_p50, 1.0),
+        "burst_new_item_share": sh.get("new-items", 0.0),
+        "burst_hot_share": 0.0,
+    }

@@ -122,3 +122,21 @@ def test_new_items_knob_validation() -> None:
     assert synth.SynthConfig(regime="steady").reserved_items == 0
     assert synth.SynthConfig(regime="burst", burst_new_item_share=0.0).reserved_items == 0
     assert synth.SynthConfig(regime="burst", items=50).new_items_per_burst == 1
+
+
+def test_burst_regime_records_each_burst_and_the_steady_stretches_between():
+    from helm_plan import regimes
+
+    sh = regimes.shape("burst", qps=10.0, duration_s=100.0, seed=3, bursts_per_duration=3)
+    spans = sh.spans()
+    assert [s.name for s in spans if s.name == "burst"] == ["burst"] * 3
+    assert [(s.start_s, s.end_s) for s in spans if s.name == "burst"] == sorted(sh.bursts)
+    assert spans[0].start_s == 0.0 and spans[-1].end_s == 100.0
+    assert all(a.end_s == b.start_s for a, b in zip(spans, spans[1:], strict=False))
+    assert {s.name for s in spans} == {"steady", "burst"}
+    # overlapping bursts (long ones in neighbouring slots) make one burst span
+    wide = regimes.shape("burst", qps=10.0, duration_s=100.0, seed=1, bursts_per_duration=2,
+                         burst_len_frac=0.25)  # fmt: skip
+    got = [s for s in wide.spans() if s.name == "burst"]
+    assert sum(s.end_s - s.start_s for s in got) <= sum(b - a for a, b in wide.bursts) + 1e-9
+    assert all(a.end_s == b.start_s for a, b in zip(wide.spans(), wide.spans()[1:], strict=False))
