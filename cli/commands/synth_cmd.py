@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import tomllib
 from pathlib import Path
@@ -88,8 +89,9 @@ def synth_command(
         str | None,
         _opt(
             "--scenario",
-            "Named scenario with a known answer: detectability (with --qps, --duration-s, "
-            "--candidates, --max-seq-len, --seed, --set).",
+            "Named scenario with a known answer: detectability (the best split moves) or flat "
+            "(it never does); with --qps, --duration-s, --candidates, --max-seq-len, --seed, "
+            "--set.",
         ),
     ] = None,
     like: Annotated[
@@ -204,7 +206,13 @@ def _write_scenario(
         )
     opts = {k: given[k] for k in allowed - {"duration_s"}}
     opts.update(extra)
-    if given["duration_s"] is not None:  # the whole scenario: split evenly over its phases
+    fields = {
+        f.name
+        for f in dataclasses.fields(synth.SCENARIOS.get(name, (synth.DetectabilityConfig,))[0])
+    }
+    if given["duration_s"] is not None and "duration_s" in fields:
+        opts["duration_s"] = given["duration_s"]
+    elif given["duration_s"] is not None:  # the whole scenario: split evenly over its phases
         if "phase_s" in extra:
             raise ConfigError(
                 "--duration-s and --set phase_s both set the phase length",

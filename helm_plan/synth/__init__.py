@@ -21,6 +21,7 @@ from helm_plan.synth.like import LikeFit, SynthResult, fit, like_config, provena
 from helm_plan.synth.scenarios import (
     SCENARIOS,
     DetectabilityConfig,
+    FlatConfig,
     Phase,
     Scenario,
     detectability,
@@ -36,6 +37,7 @@ __all__ = [
     "ROW_GROUP_TOKENS",
     "SCENARIOS",
     "DetectabilityConfig",
+    "FlatConfig",
     "LikeFit",
     "Phase",
     "Plan",

@@ -54,6 +54,7 @@ from helm_plan.config import from_dict, require_positive
 from helm_plan.errors import ConfigError
 from helm_plan.synth.config import SynthConfig, require_int_range
 from helm_plan.synth.core import Progress, RowBuffer, iter_chunks, plan
+from helm_plan.synth.cyclic import CyclicConfig, iter_cyclic
 from helm_plan.synth.like import SynthResult, write_stream
 
 
@@ -67,7 +68,7 @@ class Phase:
     """Phase start in the scenario, seconds."""
     end_s: float
     """Phase end, seconds (start_s + config.duration_s)."""
-    config: SynthConfig
+    config: SynthConfig | CyclicConfig
     """What the phase generates (times from 0, users from 0, items from 0)."""
     item_offset: int
     """Added to the phase's item ids."""
@@ -97,43 +98,47 @@ class Scenario:
 class DetectabilityConfig:
     """Options of the ``detectability`` scenario (``synth --scenario detectability --set K=V``)."""
 
-    qps: float = 200.0
+    qps: float = 3000.0
     """Steady arrival rate of every phase, requests per second."""
-    phase_s: float = 60.0
+    phase_s: float = 30.0
     """Length of each phase, seconds."""
     phases: int = 4
     """Number of phases, alternating A, B, A, B, ... (A first)."""
-    candidates: int = 512
+    candidates: int = 16
     """n_candidates of every request."""
     max_seq_len: int = 8192
     """Cap on each user's history, tokens."""
     seed: int = 0
     """Scenario seed (each phase's seed derives from it and the phase index)."""
-    a_requests_per_user: float = 30.0
-    """A: expected requests per user in a phase (users = qps·phase_s / this)."""
+    a_users: int = 10_290
+    """A: returning users, each refreshing every a_users / qps seconds (the KV working set:
+    a_users contexts of about a_history_mean tokens)."""
     a_items: int = 2_000
     """A: item ids 0 .. a_items-1 (the tiny EMB hot set)."""
-    a_history_mean: float = 1536.0
+    a_history_mean: float = 1800.0
     """A: mean pre-existing history of a returning user, tokens."""
-    a_history_sigma: float = 0.5
+    a_history_sigma: float = 0.02
     """A: log-space spread of that history."""
-    a_revisit_gap_s: float = 2.0
-    """A: median lag of a session continuation, seconds."""
-    a_new_items_mean: float = 2.0
+    a_jitter_s: float = 0.0
+    """A: standard deviation of a request's time around its user's cadence, seconds."""
+    a_join_periods: float = 3.0
+    """A: the users join over this many periods (their first requests, full prefills)."""
+    a_new_items_mean: float = 0.0
     """A: mean new items per revisit."""
-    b_items: int = 10_000_000
+    b_items: int = 8_000_000
     """B: catalog size (ids a_items .. a_items+b_items-1)."""
-    b_zipf_alpha: float = 0.9
+    b_zipf_alpha: float = 0.0
     """B: item popularity skew."""
-    b_history_mean: float = 256.0
+    b_history_mean: float = 512.0
     """B: mean initial history of a new user, tokens."""
-    b_drift_ranks_per_s: float = 200.0
+    b_drift_ranks_per_s: float = 0.0
     """B: popularity churn, ranks per second."""
 
     def __post_init__(self) -> None:
-        for name in ("qps", "phase_s", "a_requests_per_user", "a_revisit_gap_s"):
+        for name in ("qps", "phase_s"):
             _positive(name, getattr(self, name))
-        for name, lo in (("phases", 1), ("candidates", 0), ("max_seq_len", 1), ("seed", 0)):
+        for name, lo in (("phases", 1), ("candidates", 0), ("max_seq_len", 1), ("seed", 0),
+                         ("a_users", 1)):  # fmt: skip
             require_int_range(name, getattr(self, name), lo)
         for name in ("a_items", "b_items"):
             require_int_range(name, getattr(self, name), 1, 1_000_000_000)
@@ -162,19 +167,6 @@ def _detectability(o: DetectabilityConfig) -> tuple[Phase, ...]:
         "drift_ranks": 0,
         "burst_new_item_share": 0.0,
     }
-    a_cfg = {
-        **common,
-        "users": max(1, round(per_phase / o.a_requests_per_user)),
-        "items": o.a_items,
-        "zipf_alpha": 1.0,
-        "new_items_mean": o.a_new_items_mean,
-        "returning_share": 1.0,
-        "returning_history_mean": o.a_history_mean,
-        "returning_history_sigma": o.a_history_sigma,
-        "session_share": 0.9,
-        "revisit_gap_s": o.a_revisit_gap_s,
-        "revisit_gap_sigma": 1.0,
-    }
     b_cfg = {
         **common,
         "users": max(1, math.ceil(per_phase)),  # >= the expected requests: every request cold
@@ -188,15 +180,65 @@ def _detectability(o: DetectabilityConfig) -> tuple[Phase, ...]:
     out = []
     for i in range(o.phases):
         a = i % 2 == 0
-        cfg = SynthConfig(**(a_cfg if a else b_cfg), seed=_phase_seed(o.seed, i))
+        seed = _phase_seed(o.seed, i)
+        cfg: SynthConfig | CyclicConfig
+        if a:
+            cfg = CyclicConfig(
+                users=o.a_users, period_s=o.a_users / o.qps, duration_s=o.phase_s,
+                history_mean=o.a_history_mean, history_sigma=o.a_history_sigma,
+                jitter_s=o.a_jitter_s, join_periods=o.a_join_periods,
+                new_items_mean=o.a_new_items_mean, items=o.a_items,
+                candidates=o.candidates, max_seq_len=o.max_seq_len, seed=seed,
+            )  # fmt: skip
+        else:
+            cfg = SynthConfig(**b_cfg, seed=seed)
         start = i * o.phase_s
         out.append(Phase("A" if a else "B", start, start + o.phase_s, cfg, 0 if a else o.a_items))
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class FlatConfig:
+    """Options of the ``flat`` scenario (``synth --scenario flat --set K=V``): regime A of
+    ``detectability`` all along, so the best split never moves."""
+
+    qps: float = 2500.0
+    """Steady arrival rate, requests per second."""
+    duration_s: float = 120.0
+    """Length, seconds."""
+    candidates: int = 16
+    """n_candidates of every request."""
+    max_seq_len: int = 8192
+    """Cap on each user's history, tokens."""
+    seed: int = 0
+    """Scenario seed."""
+    users: int = 10_290
+    """Returning users, each refreshing every users / qps seconds."""
+    items: int = 2_000
+    """Item ids 0 .. items-1."""
+    history_mean: float = 1800.0
+    """Mean pre-existing history of a user, tokens."""
+
+    def __post_init__(self) -> None:
+        for name in ("qps", "duration_s"):
+            _positive(name, getattr(self, name))
+        for name, lo in (("candidates", 0), ("max_seq_len", 1), ("seed", 0), ("users", 1)):
+            require_int_range(name, getattr(self, name), lo)
+
+
+def _flat(o: FlatConfig) -> tuple[Phase, ...]:
+    cfg = CyclicConfig(
+        users=o.users, period_s=o.users / o.qps, duration_s=o.duration_s,
+        history_mean=o.history_mean, new_items_mean=0.0, items=o.items,
+        candidates=o.candidates, max_seq_len=o.max_seq_len, seed=_phase_seed(o.seed, 0),
+    )  # fmt: skip
+    return (Phase("steady", 0.0, o.duration_s, cfg, 0),)
+
+
 #: Scenario name -> (options dataclass, phases builder).
 SCENARIOS: dict[str, tuple[type, Callable[[Any], tuple[Phase, ...]]]] = {
     "detectability": (DetectabilityConfig, _detectability),
+    "flat": (FlatConfig, _flat),
 }
 
 
@@ -219,10 +261,15 @@ def iter_scenario_chunks(sc: Scenario, *, progress: Progress | None = None) -> I
     """Yield the scenario's trace as canonical row groups (phases streamed one after another)."""
     buf = RowBuffer()
     users = done = 0
-    expected = round(sum(plan(ph.config).expected_requests for ph in sc.phases))
+    expected = round(sum(_expected(ph.config) for ph in sc.phases))
     for ph in sc.phases:
         top = -1
-        for chunk in iter_chunks(ph.config):
+        chunks = (
+            iter_cyclic(ph.config)
+            if isinstance(ph.config, CyclicConfig)
+            else iter_chunks(ph.config)
+        )
+        for chunk in chunks:
             top = max(top, int(chunk.column("user_id").to_numpy().max()))
             buf.add(_place(chunk, ph, users))
             while buf.full():
@@ -238,6 +285,10 @@ def iter_scenario_chunks(sc: Scenario, *, progress: Progress | None = None) -> I
         yield out
     if progress and done:
         progress(done, done)
+
+
+def _expected(cfg: SynthConfig | CyclicConfig) -> float:
+    return cfg.expected_requests if isinstance(cfg, CyclicConfig) else plan(cfg).expected_requests
 
 
 def _place(chunk: pa.Table, ph: Phase, user_offset: int) -> pa.Table:
