@@ -21,7 +21,8 @@ SMALL_POOL = 2_684_354_560  # 2.5 GiB
 PLAN = {
     "analyze": {"pool_bytes": SMALL_POOL, "window_s": 0.5, "slo_ms": 2.5, "capacity": False,
                 "n_boot": 500},
-    "oracle": {"trials": 4},
+    "oracle": {"trials": 2},
+    "curves": {"n_points": 5},
 }  # fmt: skip
 
 
@@ -31,7 +32,7 @@ def _analyze(tmp_path, sc: synth.Scenario, plan: dict | None) -> dict:
 
 
 def test_detectability_small_pool_sees_the_shift(tmp_path):
-    sc = synth.detectability(phase_s=3.0, a_users=335, b_items=300_000)
+    sc = synth.detectability(phase_s=2.0, a_users=335, b_items=300_000)
     s = _analyze(tmp_path, sc, PLAN)
     voa = s["value_of_adaptivity"]
     assert voa["p99_reduction"] >= 0.2 and voa["ci_low"] > 0, voa
@@ -42,7 +43,7 @@ def test_detectability_small_pool_sees_the_shift(tmp_path):
 
 
 def test_flat_small_pool_is_flat(tmp_path):
-    sc = synth.scenario("flat", duration_s=12.0, users=335)
+    sc = synth.scenario("flat", duration_s=8.0, users=335)
     s = _analyze(tmp_path, sc, PLAN)
     assert s["value_of_adaptivity"]["p99_reduction"] <= 0.01
     assert s["oracle"]["p99_ms"] >= 0.99 * s["best_static"]["p99_ms"]
