@@ -27,6 +27,7 @@ from helm_plan.analyze.stage_cache import stable_hash, versions
 from helm_plan.atlas.cell import measure
 from helm_plan.atlas.config import AtlasConfig, Cell, grid
 from helm_plan.exec import Executor, SerialExecutor
+from helm_plan.profiles import load_gpu
 
 CELL_VERSION = "1"
 """Bump when what a cell measures changes: every cached cell is then measured again."""
@@ -36,7 +37,9 @@ CELLS_DIR = ".cells"
 
 def cell_key(cell: Cell, cfg: AtlasConfig) -> str:
     """Content hash of a cell's result: its settings and the run settings that matter."""
-    return stable_hash({"v": CELL_VERSION, "cell": dataclasses.asdict(cell), **cfg.run_key()})
+    gpu = dataclasses.asdict(load_gpu(cfg.gpu))  # a profile file's contents, not its name
+    return stable_hash({"v": CELL_VERSION, "cell": dataclasses.asdict(cell), **cfg.run_key(),
+                        "gpu": gpu})  # fmt: skip
 
 
 def cell_task(shared: AtlasConfig, cell: Cell) -> dict[str, Any]:
