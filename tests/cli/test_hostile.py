@@ -60,6 +60,8 @@ def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "plain.txt").write_text("not a folder\n")
     (tmp_path / "bad_plan.toml").write_text("[analyze]\nslo_ms = 'fast'\n")
     (tmp_path / "typo_plan.toml").write_text("[analyse]\nslo_ms = 5.0\n")
+    (tmp_path / "bad_atlas.toml").write_text('[atlas]\npanels = [["pool", "utilisation"]]\n')
+    (tmp_path / "atlas.html").write_text("[atlas]\nrequests = 1000\n")  # a config named as a page
     (tmp_path / "d").mkdir()
     run = tmp_path / "run"
     run.mkdir()
@@ -246,6 +248,15 @@ CASES: list[tuple[str, list[str], str]] = [
     ),
     ("analyze-bad-workers", ["analyze", "t.parquet", "--workers", "many"], "'--workers'"),
     ("analyze-missing-trace", ["analyze"], "missing TRACE"),
+    # atlas
+    ("atlas-missing-config", ["atlas", "--config", "nope.toml", "-o", "d"], "not found"),
+    (
+        "atlas-unknown-axis",
+        ["atlas", "--config", "bad_atlas.toml", "-o", "d"],
+        "unknown atlas axis",
+    ),
+    ("atlas-over-input", ["atlas", "--config", "atlas.html", "-o", "."], "is the input file"),
+    ("atlas-unknown-cell", ["atlas", "--export", "nope", "-o", "d"], "no cell 'nope'"),
     # report
     ("report-truncated-store", ["report", "run"], "not a readable DuckDB run store"),
     ("report-no-store", ["report", "d"], "not found"),
