@@ -23,9 +23,9 @@ def spy_search_seeds(monkeypatch: pytest.MonkeyPatch, module: object) -> list[in
     seeds: list[int] = []
     real = module.search
 
-    def search(objective, ocfg, seed, known=None, evaluate=None):  # noqa: ANN001
+    def search(objective, ocfg, seed, known=None, evaluate=None, **kw):  # noqa: ANN001, ANN003
         seeds.append(seed)
-        return real(objective, ocfg, seed, known, evaluate)
+        return real(objective, ocfg, seed, known, evaluate, **kw)
 
     monkeypatch.setattr(module, "search", search)
     return seeds

@@ -190,6 +190,20 @@ CASES = {
         "--requests 2000 --windows 3 --pool-fraction 0.3 --dir {d}",
         ("| load, workload tables, the first 3 windows (", "same sojourns: True"),
     ),
+    "bench_oracle_search": Case(
+        "bench_oracle_search",
+        "--trials 2 --duration-s 20",
+        ("| all traces | evaluations per window |", "r* in the 0.01 grid's flat band"),
+    ),
+    "bench_ray_nodes": Case(
+        "bench_ray_nodes",
+        "--requests 400 --repeats 1",
+        (
+            "answers identical (local 1 worker, ray 1 node, ray 2 nodes): yes; cluster "
+            "processes left: 0",
+            "| 64 |",
+        ),
+    ),
     "bench_sim": Case(
         "bench_sim",
         "--requests-peer 300 --trials 1 --workers 1 --duration-s 5",

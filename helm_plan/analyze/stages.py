@@ -30,7 +30,6 @@ from helm_plan.oracle import (
     label_windows,
     sensitivity_table,
 )
-from helm_plan.oracle.labels import grid_suffix
 from helm_plan.oracle.static import BackgroundStatic, StaticRuns
 from helm_plan.policies import PolicyEnv, parse_policy
 from helm_plan.pool import Pool
@@ -150,12 +149,17 @@ def stage_oracle(
     progress: Progress = _noop,
     executor: Executor | None = None,
 ) -> Labels:
-    """Per-window offline-optimal ratio (:func:`helm_plan.oracle.label_windows`)."""
-    return label_windows(ctx, node_cfg, oracle_cfg, progress, executor)
+    """Per-window offline-optimal ratio (:func:`helm_plan.oracle.label_windows`).
+
+    Without the coarse grid: analyze needs each window's ``r*`` and flat band, and the
+    controller's training environment (``helm-plan train``) labels its traces itself.
+    """
+    return label_windows(ctx, node_cfg, oracle_cfg, progress, executor, grid=False)
 
 
 def labels_tables(labels: Labels) -> dict[str, pl.DataFrame]:
-    """The labels as report tables: one row per window, plus the long coarse grid."""
+    """The labels as report tables: one row per window, plus the long table of the points
+    each window's search evaluated (:meth:`Labels.points`)."""
     t = labels.table
     lab = t.select(
         pl.col("window").cast(pl.Int64),
@@ -168,21 +172,7 @@ def labels_tables(labels: Labels) -> dict[str, pl.DataFrame]:
         pl.col("flatness").alias("flat_width"),
         pl.col("n_evals").cast(pl.Int64),
     )  # fmt: skip
-    rows = []
-    for r in labels.coarse_grid:
-        sfx = grid_suffix(r)
-        rows.append(
-            t.select(
-                pl.col("window").cast(pl.Int64),
-                pl.lit(float(r)).alias("ratio"),
-                pl.col(f"p99_ms_{sfx}").alias("p99_ms"),
-                pl.col(f"slo_att_{sfx}").alias("slo_attainment"),
-                pl.col(f"emb_hit_{sfx}").alias("emb_hit_rate"),
-                pl.col(f"kv_reuse_{sfx}").alias("kv_reuse_rate"),
-            )
-        )
-    grid = pl.concat(rows).sort(["window", "ratio"])
-    return {"labels": lab, "labels_grid": grid}
+    return {"labels": lab, "labels_grid": labels.points()}
 
 
 # ------------------------------------------------------------------ policies
@@ -303,7 +293,7 @@ def stage_policies(
     else:
         runs = StaticRuns(ctx, node_cfg, executor)
         runs.get([0.0, 1.0])  # emb-max and kv-max ride along with the grid's first batch
-        bs = best_static(ctx, node_cfg, oracle_cfg, None, executor, runs)
+        bs = best_static(ctx, node_cfg, oracle_cfg, None, executor, runs, grid=False)
     progress(1, total)
     pw, pols, terms, sens = [], [], [], []
     results: dict[str, NodeResult] = {}

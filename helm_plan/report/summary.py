@@ -153,7 +153,7 @@ def capacity_bullets(run: RunData) -> list[str]:
     m = run.meta
     out = [n[0].upper() + n[1:] + "." for n in m.get("notes", []) if n.startswith(FITS_NOTE)]
     if m.get("footprint_fits") and m.get("oracle_time_saved_s") is not None:
-        out.append(f"The oracle ran its coarse grid only (no Optuna trials): about "
+        out.append(f"The oracle ran its first points only (no search steps): about "
                    f"{m['oracle_time_saved_s']:.1f} s saved on an answer known up front.")  # fmt: skip
     return out + list(m.get("capacity_answer", []))
 

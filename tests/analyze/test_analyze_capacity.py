@@ -70,7 +70,7 @@ def test_footprint_that_fits_says_so_first_and_skips_the_trials(tmp_path):
     first = res.summary["verdict"][0]
     assert first.startswith("The trace's whole EMB+KV footprint") and "does not matter" in first
     assert "--scale" in first and "--pool-fraction" in first
-    assert "coarse grid only" in res.summary["verdict"][1]
+    assert "first points only" in res.summary["verdict"][1]
     con = duckdb.connect(str(res.store_path), read_only=True)
     try:
         meta = dict(con.execute("SELECT key, value_json FROM run_meta").fetchall())

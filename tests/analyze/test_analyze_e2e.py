@@ -41,12 +41,14 @@ def test_summary_matches_separate_simulations(run):
     # independent: load the trace like `helm-plan simulate`, run each policy on its own
     ctx = load_context(tp, gpu="a100-80g", model="gr-small", pool_fraction=0.3, seed=3)
     ncfg = NodeConfig(slo_ms=0.5, window_s=5.0)
-    # analyze labels from the carried state by default (helm_plan.analyze.ORACLE_DEFAULTS)
+    # analyze labels from the carried state by default (helm_plan.analyze.ORACLE_DEFAULTS),
+    # without the coarse grid (its cheaper search), and so searches best static
     ocfg = OracleConfig(trials=2, coarse_step=0.25, seed=3, warmup="carry")
-    labels = label_windows(ctx, ncfg, ocfg)
+    labels = label_windows(ctx, ncfg, ocfg, grid=False)
     on_disk = read_labels(res.labels_path)
     np.testing.assert_array_equal(on_disk.r_star, labels.r_star)
-    bs = best_static(ctx, ncfg, ocfg)
+    assert on_disk.table.equals(labels.table) and on_disk.coarse_grid == ()
+    bs = best_static(ctx, ncfg, ocfg, grid=False)
     sched = fill_forward(read_labels(res.labels_path).r_star)
     n_w = ctx.n_windows(5.0)
     expect = {
