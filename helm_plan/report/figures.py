@@ -288,7 +288,8 @@ def regret_heatmap(run: RunData) -> go.Figure | None:
             hovertemplate="window %{x}, r=%{y:.2f}: regret %{z:.1%}<extra></extra>",
         )
     )  # fmt: skip
-    return _layout(fig, "P99 regret over the ratio grid (0 = optimal)", xaxis_title="window",
+    return _layout(fig, "P99 regret at the ratios the oracle evaluated (0 = optimal)",
+                   xaxis_title="window",
                    yaxis_title="EMB share r", hovermode="closest")  # fmt: skip
 
 
