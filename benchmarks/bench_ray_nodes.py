@@ -273,6 +273,13 @@ def main() -> None:
     print(f"| the same, Ray on 1 node | {t_1:.1f} s | local executor, 1 worker: {t_l:.1f} s | "
           f"{t_1 / t_l:.2f} of local |")  # fmt: skip
     rec = best["ray1"]["rec"]
+    print("\nmaps of the plan (1 node / 2 nodes): tasks, their CPU sum and the largest, wall:")
+    print("| map | tasks | task sum | largest task | wall, 1 node | wall, 2 nodes |")
+    print("|---|---|---|---|---|---|")
+    for i, (m1, m2) in enumerate(zip(rec["maps"], best["ray2"]["rec"]["maps"], strict=False)):
+        d = [t1 - t0 for t0, t1, *_ in m1["tasks"]]
+        print(f"| {i} | {len(d)} | {sum(d):.1f} s | {max(d, default=0):.1f} s | "
+              f"{m1['t1'] - m1['t0']:.1f} s | {m2['t1'] - m2['t0']:.1f} s |")  # fmt: skip
     print(
         "\nprojection from the 1-node run's task times (greedy in-order schedule per map, "
         f"{args.net_gbps:g} Gb/s for the shared objects):"
