@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -261,6 +262,8 @@ def main() -> None:
             print(f"  ray 2 nodes {runs['ray2'][-1]['wall_s']:.1f} s", flush=True)
     finally:
         left = stop_cluster(tmp)
+        if not left:
+            shutil.rmtree(tmp, ignore_errors=True)
     answers = {r["answer"] for rs in runs.values() for r in rs}
     best = {k: min(rs, key=lambda r: r["wall_s"]) for k, rs in runs.items()}
     assert all(r["nodes"] == n for k, n in (("ray1", 1), ("ray2", 2)) for r in runs[k])
