@@ -357,6 +357,8 @@ def serve_request(
             item = hist[base - n + x]
         elif explicit:
             item = cvals[coff[i] + x - n]
+            if item < 0:  # a routed node's copy of a draw made before any token
+                continue
         else:
             item = draw_candidate(seed, i, x - n, tok_off, tok_ring, window)
             if item < 0:
@@ -470,6 +472,8 @@ def fill_stream(
                 item = hist[base - n + x]
             elif explicit:
                 item = cvals[coff[i] + x - n]
+                if item < 0:  # a routed node's copy of a draw made before any token
+                    continue
             else:
                 item = draw_candidate(seed, i, x - n, tok_off, tok_ring, window)
                 if item < 0:

@@ -67,6 +67,13 @@ class PlanConfig:
     """Also compute the single-node load curve (it seeds the search either way)."""
     load_refine_steps: int = 4
     """Bisections of each policy's pass/fail load edge on the single-node curve."""
+    check_monotone: bool = False
+    """Also evaluate N + 1 of every combination (non-monotone answers are then reported for
+    all; each GPU's cheapest gets N + 1 and N + 2 from the frontier either way)."""
+    frontier: bool = True
+    """Also evaluate N + 1 and N + 2 for each GPU's cheapest fleet (the cost-latency frontier)."""
+    headroom_steps: int = 4
+    """Bisections of each GPU's headroom (traffic growth until N + 1; 0 = skip it)."""
     load_max_requests: int = 250_000
     """Largest trace a load-curve point simulates (users scaling grows it with the load)."""
     n_boot: int = 1000
@@ -112,6 +119,7 @@ class PlanConfig:
                     hint="pass --cost-per-hour GPU=USD with a price in dollars",
                 )
         require_int("load_refine_steps", self.load_refine_steps, 0, 30)
+        require_int("headroom_steps", self.headroom_steps, 0, 30)
         require_int("load_max_requests", self.load_max_requests, 1)
         require_int("n_boot", self.n_boot, 10)
         require_range("ci_level", self.ci_level, 0.0, 1.0)
