@@ -193,6 +193,9 @@ POLICY_NAMES = ("best-static", "emb-max", "kv-max", "naive-adaptive", "adaptive"
 what a server measures."""
 ADAPTIVE_NAMES = ("naive-adaptive", "adaptive", "controller")
 """Policies compared with best static by the window bootstrap."""
+FLEET_STATIC = "fleet-static"
+"""The planned fleet's own split (the r the plan found for its size) on the analysed node: the
+P99 the Capacity section reports for that node, replayed (a row when analyze planned)."""
 
 
 def oracle_pooled(
@@ -280,6 +283,7 @@ def stage_policies(
     progress: Progress = _noop,
     executor: Executor | None = None,
     static: BackgroundStatic | None = None,
+    fleet_ratio: float | None = None,
 ) -> StageOutput:
     """Best static search (or ``static``, the same search already running in the background), the policies, the oracle's pooled figures and sensitivity.
 
@@ -289,7 +293,8 @@ def stage_policies(
     adaptive policies replay the trace here, mapped over the executor (they are
     independent whole-trace runs).
     """
-    total = len(POLICY_NAMES) + 2
+    names = POLICY_NAMES + ((FLEET_STATIC,) if fleet_ratio is not None else ())
+    total = len(names) + 2
     progress(0, total)
     # the adaptive policies need only the labels, so they run first: a best-static search
     # still finishing in the background (its golden steps are sequential) overlaps them
@@ -309,9 +314,9 @@ def stage_policies(
     results: dict[str, NodeResult] = {}
     grid_r = np.asarray(labels.coarse_grid)
     lab_r = labels.r_star
-    static_r = {"best-static": bs.ratio, "emb-max": 1.0, "kv-max": 0.0}
+    static_r = {"best-static": bs.ratio, "emb-max": 1.0, "kv-max": 0.0, FLEET_STATIC: fleet_ratio}
     by_name = dict(zip(adaptive, ran, strict=True))
-    for k, name in enumerate(POLICY_NAMES, start=2):
+    for k, name in enumerate(names, start=2):
         if name in static_r:
             res, refill = runs.get([static_r[name]])[0], node_cfg.refill
         else:

@@ -89,11 +89,10 @@ def capacity_body(run: RunData, fig_div, table, fmts: dict[str, Any]) -> str:
     m = run.meta
     t, num, pct, fix = fmts["text"], fmts["num"], fmts["pct"], fmts["fixed"]
     answer = "".join(f"<li>{html.escape(s)}</li>" for s in m.get("capacity_answer", []))
-    n, f = m.get("operating_nodes"), m.get("per_node_factor")
-    op = (f"The sections below analyse one node of the {n}-node best-static fleet: the trace "
-          f"scaled ×{f:.3g} by users, one node's share of the planned traffic."
-          if n else "No fleet up to the size limit meets the SLO with best static; the "
-          "sections below analyse one node of the largest fleet.")  # fmt: skip
+    o = m.get("operating") or {}
+    op = (f"The sections below analyse node {o.get('node')} of the {o.get('nodes')}-node "
+          f"best-static fleet behind {o.get('router')}: the requests the router sent it "
+          f"({o.get('share', 0):.1%} of the planned traffic).")  # fmt: skip
     rows = cap.sort(["nodes", "p99_ms"], nulls_last=True).to_dicts()
     cols = [("policy", "policy", t), ("router", "router", t), ("nodes", "nodes", num),
             ("p99_ms", "P99 (ms)", fix(3)), ("p99_ms_one_less", "P99 at N−1 (ms)", fix(3)),

@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from helm_plan.plan.verdict import Facts, verdicts
 from helm_plan.report.controller import controller_summary
 from helm_plan.report.store import RunData
 
@@ -30,9 +31,6 @@ def flat_tol(run: RunData) -> float:
 
 
 """Relative P99 tolerance that defines the near-optimal (flat) band and 'hardly matters'."""
-
-OVERLOAD_ATTAINMENT = 0.99
-"""Below this SLO attainment under every policy, the node is overloaded (a P99 SLO needs 99%)."""
 
 BASELINE = "best-static"
 ADAPTIVE = "adaptive"
@@ -144,18 +142,58 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
-FITS_NOTE = "the trace's whole EMB+KV footprint"
-"""How the footprint-fits note (sim.context) begins."""
-
-
 def capacity_bullets(run: RunData) -> list[str]:
-    """The first screen: the footprint-fits note (the CLI's words) and the capacity answer."""
+    """The plan's answer (traffic, cheapest fleet, per-GPU facts, savings) and what the
+    footprint-fits shortcut saved."""
     m = run.meta
-    out = [n[0].upper() + n[1:] + "." for n in m.get("notes", []) if n.startswith(FITS_NOTE)]
+    out = list(m.get("capacity_answer", []))
     if m.get("footprint_fits") and m.get("oracle_time_saved_s") is not None:
         out.append(f"The oracle ran its coarse grid only (no Optuna trials): about "
                    f"{m['oracle_time_saved_s']:.1f} s saved on an answer known up front.")  # fmt: skip
-    return out + list(m.get("capacity_answer", []))
+    return out
+
+
+def facts(run: RunData) -> Facts:
+    """What the verdicts read, from the run store (plan.verdict)."""
+    m = run.meta
+    h = headline(run)
+    pols = {p["name"]: p for p in h["policies"]}
+    op = m.get("operating") or {}
+    bs = h["best_static"]
+    node = pols.get("fleet-static") if op else pols.get(BASELINE)
+    spread = sensitivity_summary(run)["extreme_split_penalty"]
+    ref = (pols.get(BASELINE) or {}).get("p99_ms")
+    ext = tuple((pols.get(k) or {}).get("p99_ms") for k in ("emb-max", "kv-max"))
+    extremes = tuple(x / ref - 1.0 if x is not None else None for x in ext) if ref else None
+    band = (bs["flat_lo"], bs["flat_hi"]) if bs["flat_lo"] is not None else None
+    ad = h["value_of_adaptivity"]
+    naive, adaptive = pols.get("naive-adaptive") or {}, pols.get(ADAPTIVE) or {}
+    fp, pool = m.get("footprint_bytes"), m.get("pool_bytes")
+    gpus = run.table("capacity_gpus")
+    planned_fits = (not gpus.is_empty() and op.get("nodes") == 1
+                    and bool(gpus.filter(pl.col("gpu") == m.get("gpu"))["fits"].any()))  # fmt: skip
+    return Facts(
+        slo_ms=float(m.get("slo_ms")), attainment=float(m.get("attainment", 0.99)),
+        flat_tol=flat_tol(run), gpu=m.get("gpu"),
+        nodes=op.get("nodes") if op.get("meets") else None,
+        max_nodes=m.get("capacity_max_nodes") if op else None,
+        fleet_p99_ms=op.get("fleet_p99_ms"),
+        node_p99_ms=(node or {}).get("p99_ms"), node_attainment=(node or {}).get("slo_attainment"),
+        fits=bool(fp is not None and pool is not None and fp <= pool),
+        scope="the analysed node's traffic" if op else "the trace", fits_said=planned_fits,
+        spread=spread, extremes=extremes, ratio=bs["ratio"], robust_ratio=bs["robust_ratio"], band=band,
+        adapt=(ad["p99_reduction"], ad["ci_low"], ad["ci_high"], ad["confidence"])
+        if ad["p99_reduction"] is not None else None,
+        refill=(naive.get("p99_ms"), adaptive.get("p99_ms"))
+        if naive.get("p99_ms") and adaptive.get("p99_ms") else None,
+    )  # fmt: skip
+
+
+def verdict(run: RunData) -> list[str]:
+    """Plain-language findings, most important first: the plan's answer, then the verdicts on
+    the one operating point (:func:`helm_plan.plan.verdict.verdicts`, the one place they are
+    decided)."""
+    return capacity_bullets(run) + verdicts(facts(run))
 
 
 def capacity_summary(run: RunData) -> dict[str, Any] | None:
@@ -168,89 +206,14 @@ def capacity_summary(run: RunData) -> dict[str, Any] | None:
         "answer": list(m.get("capacity_answer", [])),
         "scaling": m.get("capacity_scaling"),
         "operating_nodes": m.get("operating_nodes"),
-        "per_node_factor": m.get("per_node_factor"),
+        "operating": m.get("operating"),
         "rows": cap.to_dicts(),
         "savings": run.table("capacity_savings").to_dicts(),
         "max_qps": run.table("max_qps").to_dicts(),
+        "frontier": run.table("capacity_frontier").to_dicts(),
+        "headroom": run.table("capacity_headroom").to_dicts(),
         "routing": run.table("routing").to_dicts(),
     }
-
-
-def verdict(run: RunData) -> list[str]:
-    """Plain-language findings, most important first."""
-    h = headline(run)
-    s = sensitivity_summary(run)
-    out: list[str] = capacity_bullets(run)
-    bs, orc, voa = h["best_static"], h["oracle"], h["value_of_adaptivity"]
-    pols = {p["name"]: p for p in h["policies"]}
-    ref = bs["p99_ms"]
-    atts = [p["slo_attainment"] for p in h["policies"] if p.get("slo_attainment") is not None]
-    slo = run.meta.get("slo_ms")
-    if atts and max(atts) < OVERLOAD_ATTAINMENT:
-        out.append(
-            f"No policy meets the SLO at this load: the best serves {_pct(max(atts))} of requests "
-            f"within {slo} ms (a P99 SLO needs {OVERLOAD_ATTAINMENT:.0%}). The node is overloaded; "
-            "the answer is more capacity, not a different split."
-        )
-    ext = []
-    for name, cache in (("emb-max", "EMB"), ("kv-max", "KV")):
-        p99 = pols.get(name, {}).get("p99_ms")
-        if ref and p99 is not None:
-            ext.append(f"the whole pool to {cache} gives a P99 {_pct(p99 / ref - 1.0)} above it")
-    ext_txt = f" (against the best static split, {' and '.join(ext)})" if ext else ""
-    if s["split_matters"] is False:
-        out.append(
-            "The EMB/KV split hardly matters for this workload and profile: even giving the whole "
-            f"pool to one cache stays within {flat_tol(run):.0%} of the best static P99{ext_txt}. "
-            "Any reasonable ratio is a valid plan; spend effort elsewhere."
-        )
-    elif s["split_matters"]:
-        out.append(f"The EMB/KV split matters{ext_txt}.")
-    if bs["ratio"] is not None and bs["p99_ms"] is not None:
-        out.append(
-            f"Best static split: r = {bs['ratio']:.2f} (EMB share of the pool), P99 "
-            f"{bs['p99_ms']:.2f} ms, SLO attainment {_pct(bs['slo_attainment'])}."
-        )
-    if orc["ratio_min"] is not None:
-        moved = orc["ratio_max"] - orc["ratio_min"]
-        out.append(
-            f"The per-window optimum r* ranges over [{orc['ratio_min']:.2f}, "
-            f"{orc['ratio_max']:.2f}] (moves by {moved:.2f})"
-            + (
-                f"; in the median window any r within a band {s['median_flat_width']:.2f} wide "
-                f"is within {flat_tol(run):.0%} of the best P99."
-                if s["median_flat_width"] is not None
-                else "."
-            )
-        )
-    red, lo, hi = voa["p99_reduction"], voa["ci_low"], voa["ci_high"]
-    if red is not None:
-        ci = f"{_pct(lo)} to {_pct(hi)}" if lo is not None else "n/a"
-        conf = f"{voa['confidence']:.0%} " if voa["confidence"] else ""
-        if lo is not None and lo > 0:
-            out.append(
-                f"Adapting the split per window (throttled refill) cuts P99 by {_pct(red)} "
-                f"against the best static split ({conf}CI {ci})."
-            )
-        elif hi is not None and hi < 0:
-            out.append(
-                f"Adapting the split per window makes P99 worse by {_pct(-red)} ({conf}CI {ci}): "
-                "reallocation costs more than it gains here; keep a static split."
-            )
-        else:
-            out.append(
-                f"Adapting the split per window changes P99 by {_pct(red)}, but the {conf}CI "
-                f"({ci}) includes zero: no reliable gain over the best static split."
-            )
-    naive, ad = pols.get("naive-adaptive"), pols.get(ADAPTIVE)
-    if naive and ad and naive["p99_ms"] and ad["p99_ms"]:
-        gap = naive["p99_ms"] / ad["p99_ms"] - 1.0
-        how = "matters" if abs(gap) > flat_tol(run) else "hardly matters here"
-        out.append(
-            f"Refill mode {how}: with the oracle schedule, eager (blocking) refill gives P99 "
-            f"{naive['p99_ms']:.3f} ms, throttled background refill {ad['p99_ms']:.3f} ms."
-        )
-    return out
 
 
 def build_summary(run: RunData) -> dict[str, Any]:
