@@ -17,7 +17,7 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
-from helm_plan.report.figures import _layout
+from helm_plan.report.page import Page, f_fixed, f_num, f_pct, f_text, layout, table
 from helm_plan.report.store import RunData
 
 NAME = "controller"
@@ -81,7 +81,7 @@ def timeline(run: RunData) -> go.Figure | None:
                              line={"color": "#2a9d8f", "dash": "dot", "shape": "hv"}))  # fmt: skip
     fig.add_trace(go.Scatter(x=c["t_start_s"].to_list(), y=c["ratio"].to_list(), mode="lines",
                              name="controller r", line={"color": "#d62828", "shape": "hv"}))  # fmt: skip
-    return _layout(fig, "Controller r per window against r* and its flat band",
+    return layout(fig, "Controller r per window against r* and its flat band",
                    xaxis_title="time (s)", yaxis_title="r (EMB share)", yaxis_range=[0, 1])  # fmt: skip
 
 
@@ -99,14 +99,14 @@ def distance(run: RunData) -> go.Figure | None:
     n = d.filter(pl.col("flat_width") < NARROW_BAND)
     fig.add_trace(go.Histogram(x=n["abs_dr"].to_list(), name=f"flat band < {NARROW_BAND:g}",
                                nbinsx=20, marker={"color": "#d62828"}))  # fmt: skip
-    return _layout(fig, "|r − r*| per measured window", xaxis_title="|r − r*|",
+    return layout(fig, "|r − r*| per measured window", xaxis_title="|r − r*|",
                    yaxis_title="windows", barmode="overlay", hovermode="closest")  # fmt: skip
 
 
-def controller_body(run: RunData, fig_div, table, fmts: dict[str, Any]) -> str:
+def controller_body(run: RunData, page: Page) -> str:
     """The Controller section (left out of the report when analyze ran no controller)."""
     s = controller_summary(run) or {}
-    t, num, pct, fix = fmts["text"], fmts["num"], fmts["pct"], fmts["fixed"]
+    t, num, pct, fix = f_text, f_num(), f_pct, f_fixed
     lat = s.get("decision_latency_us") or {}
     rows = [
         {"k": "P99 (ms) / SLO attainment",
@@ -131,6 +131,6 @@ def controller_body(run: RunData, fig_div, table, fmts: dict[str, Any]) -> str:
         f"given over windows whose band is narrower than {NARROW_BAND:g}. The layer ablation "
         "is measured by <code>benchmarks/bench_controller.py</code>.</p>"
         + table(rows, [("k", "figure", t), ("v", "value", t)])
-        + fig_div(timeline(run))
-        + fig_div(distance(run))
+        + page.figure(timeline(run))
+        + page.figure(distance(run))
     )

@@ -7,14 +7,17 @@ import math
 import polars as pl
 from fake_run import make_run
 
-from helm_plan.report import figures
-from helm_plan.report.html import human_bytes, pct_text, render
+from helm_plan.report.html import render
+from helm_plan.report.page import PCT_TICKS, human_bytes, pct_text
+from helm_plan.report.sections.latency import QUEUE_TERM, latency_terms
+from helm_plan.report.sections.policies import policy_p99, static_sweep
+from helm_plan.report.sections.sensitivity import adaptivity
 
 
 def test_slo_label_on_the_log_axis_sits_at_log10_of_the_slo():
     run = make_run()
     slo = float(run.meta["slo_ms"])
-    fig = figures.policy_p99(run)
+    fig = policy_p99(run)
     assert fig.layout.yaxis.type == "log"
     (shape,) = fig.layout.shapes
     assert shape.y0 == shape.y1 == slo  # shapes use data units
@@ -27,31 +30,29 @@ def test_slo_label_on_a_linear_axis_uses_data_units():
     base = make_run()
     sweep = pl.DataFrame({"ratio": [0.0, 0.5, 1.0], "p99_ms": [3.0, 1.0, 2.0]})
     run = type(base)(tables={**base.tables, "static_sweep": sweep}, meta=base.meta)
-    fig = figures.static_sweep(run)
+    fig = static_sweep(run)
     (label,) = [a for a in fig.layout.annotations if a.text.startswith("SLO")]
     assert label.y == float(run.meta["slo_ms"])
     assert "ms" in fig.data[0].hovertemplate and "r =" in fig.data[0].hovertemplate
 
 
 def test_percent_ticks_keep_half_percents():
-    fig = figures.adaptivity(make_run())
-    assert fig.layout.yaxis.tickformat == figures.PCT_TICKS == ".2~%"
+    fig = adaptivity(make_run())
+    assert fig.layout.yaxis.tickformat == PCT_TICKS == ".2~%"
 
 
 def test_service_time_bars_leave_queue_wait_out():
     run = make_run()
     terms = run.table("latency_terms")
-    fig = figures.latency_terms(run)
+    fig = latency_terms(run)
     bars = [t for t in fig.data if t.type == "bar"]
-    assert figures.QUEUE_TERM not in {t.name for t in bars}
+    assert QUEUE_TERM not in {t.name for t in bars}
     # the stacked bar of a policy is the sum of the service terms only
     p = terms["policy"][0]
-    want = terms.filter((pl.col("policy") == p) & (pl.col("term") != figures.QUEUE_TERM))[
-        "mean_ms"
-    ].sum()
+    want = terms.filter((pl.col("policy") == p) & (pl.col("term") != QUEUE_TERM))["mean_ms"].sum()
     got = sum(t.y[list(t.x).index(p)] for t in bars)
     assert math.isclose(got, want, rel_tol=1e-12)
-    if (terms["term"] == figures.QUEUE_TERM).any():
+    if (terms["term"] == QUEUE_TERM).any():
         (wait,) = [t for t in fig.data if t.type == "scatter"]
         assert "not service" in wait.name
 
