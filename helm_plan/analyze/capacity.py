@@ -33,6 +33,16 @@ from helm_plan.oracle import OracleConfig
 from helm_plan.plan import PlanConfig, PlanResult, plan
 from helm_plan.plan.config import BASELINE_POLICY
 from helm_plan.plan.dense import scale_arrays
+from helm_plan.report.tables import (
+    CAPACITY,
+    CAPACITY_EVALUATED,
+    CAPACITY_GPUS,
+    CAPACITY_SAVINGS,
+    LOAD_CURVE,
+    MAX_QPS,
+    ROUTING,
+    ROUTING_WINDOWS,
+)
 from helm_plan.sim import NodeConfig, NodeContext, prepare_context
 
 ROUTING_COLUMNS = ("router", "policy", "nodes", "p50_ms", "p99_ms", "slo_attainment",
@@ -119,12 +129,12 @@ def capacity_tables(c: Capacity) -> dict[str, pl.DataFrame]:
     """The run-store tables (docs/summary-schema.md): capacity, savings, load curve, routing."""
     r = c.result
     out = {
-        "capacity": r.capacity, "capacity_savings": r.savings, "capacity_gpus": r.gpus,
-        "capacity_evaluated": r.evaluated, "load_curve": r.load_curve, "max_qps": r.max_qps,
-        "routing": c.routing,
+        CAPACITY: r.capacity, CAPACITY_SAVINGS: r.savings, CAPACITY_GPUS: r.gpus,
+        CAPACITY_EVALUATED: r.evaluated, LOAD_CURVE: r.load_curve, MAX_QPS: r.max_qps,
+        ROUTING: c.routing,
     }  # fmt: skip
     if c.routing_windows.height:
-        out["routing_windows"] = c.routing_windows
+        out[ROUTING_WINDOWS] = c.routing_windows
     return out
 
 

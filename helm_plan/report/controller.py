@@ -19,6 +19,7 @@ import polars as pl
 
 from helm_plan.report.page import Page, f_fixed, f_num, f_pct, f_text, layout, table
 from helm_plan.report.store import RunData
+from helm_plan.report.tables import ADAPTIVITY, LABELS, POLICIES, POLICY_WINDOWS, SENSITIVITY
 
 NAME = "controller"
 """The policy row analyze runs for the shipped default controller."""
@@ -28,15 +29,15 @@ NARROW_BAND = 0.1
 
 def controller_summary(run: RunData) -> dict[str, Any] | None:
     """summary.json's ``controller`` object (None when analyze ran no controller)."""
-    pols = run.table("policies")
+    pols = run.table(POLICIES)
     if pols.is_empty() or NAME not in pols["policy"].to_list():
         return None
     row = pols.filter(pl.col("policy") == NAME).row(0, named=True)
     bs = pols.filter(pl.col("policy") == "best-static")
     bs_p99 = bs["p99_ms"][0] if bs.height else None
     o_p99 = run.meta.get("oracle_p99_ms")
-    sens = run.table("sensitivity")
-    lab = run.table("labels")
+    sens = run.table(SENSITIVITY)
+    lab = run.table(LABELS)
     narrow = (
         sens.filter(pl.col("policy") == NAME)
         .join(lab.select("window", "flat_width"), on="window")
@@ -44,7 +45,7 @@ def controller_summary(run: RunData) -> dict[str, Any] | None:
         if not sens.is_empty() and not lab.is_empty()
         else pl.DataFrame()
     )
-    ad = run.table("adaptivity")
+    ad = run.table(ADAPTIVITY)
     adr = ad.filter(pl.col("policy") == NAME) if not ad.is_empty() else ad
     gain = adr.row(0, named=True) if adr.height else {}
     p99 = row.get("p99_ms")
@@ -65,7 +66,7 @@ def controller_summary(run: RunData) -> dict[str, Any] | None:
 
 def timeline(run: RunData) -> go.Figure | None:
     """The controller's r per window against r* and its flat band."""
-    pw, lab = run.table("policy_windows"), run.table("labels")
+    pw, lab = run.table(POLICY_WINDOWS), run.table(LABELS)
     if pw.is_empty() or lab.is_empty():
         return None
     c = pw.filter(pl.col("policy") == NAME).sort("t_start_s")
@@ -87,7 +88,7 @@ def timeline(run: RunData) -> go.Figure | None:
 
 def distance(run: RunData) -> go.Figure | None:
     """Distribution of |r − r*| over measured windows, all and narrow-band."""
-    sens, lab = run.table("sensitivity"), run.table("labels")
+    sens, lab = run.table(SENSITIVITY), run.table(LABELS)
     if sens.is_empty() or lab.is_empty():
         return None
     d = sens.filter(pl.col("policy") == NAME).join(lab.select("window", "flat_width"), on="window")

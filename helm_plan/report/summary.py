@@ -16,6 +16,18 @@ import polars as pl
 
 from helm_plan.report.controller import controller_summary
 from helm_plan.report.store import RunData
+from helm_plan.report.tables import (
+    ADAPTIVITY,
+    CAPACITY,
+    CAPACITY_SAVINGS,
+    LABELS,
+    MAX_QPS,
+    POLICIES,
+    ROUTING,
+    STATS,
+    TIMINGS,
+    VERSIONS,
+)
 
 SUMMARY_SCHEMA = "helm-plan/summary"
 SUMMARY_SCHEMA_VERSION = "1.0"
@@ -46,7 +58,7 @@ def _num(v: Any) -> float | None:
 
 
 def _policy_rows(run: RunData) -> list[dict[str, Any]]:
-    df = run.table("policies")
+    df = run.table(POLICIES)
     if df.is_empty():
         return []
     return [
@@ -62,7 +74,7 @@ def _policy_rows(run: RunData) -> list[dict[str, Any]]:
 
 def stats_dict(run: RunData) -> dict[str, Any]:
     """Trace statistics as a flat dict (numbers as numbers, the rest as text)."""
-    df = run.table("stats")
+    df = run.table(STATS)
     out: dict[str, Any] = {}
     for r in df.iter_rows(named=True):
         v = r["value"]
@@ -77,8 +89,8 @@ def headline(run: RunData) -> dict[str, Any]:
     """The comparison figures: best static, oracle, policies and value of adaptivity."""
     pols = {p["name"]: p for p in _policy_rows(run)}
     bs = pols.get(BASELINE, {})
-    lab = run.table("labels")
-    ad = run.table("adaptivity")
+    lab = run.table(LABELS)
+    ad = run.table(ADAPTIVITY)
     adr = ad.filter(pl.col("policy") == ADAPTIVE) if not ad.is_empty() else ad
     voa: dict[str, Any] = {
         "policy": ADAPTIVE,
@@ -121,7 +133,7 @@ def headline(run: RunData) -> dict[str, Any]:
 
 def sensitivity_summary(run: RunData) -> dict[str, Any]:
     """Flatness and the 'does the split matter' call, from the labels and policy rows."""
-    lab = run.table("labels")
+    lab = run.table(LABELS)
     pols = {p["name"]: p for p in _policy_rows(run)}
     width = _num(lab["flat_width"].median()) if not lab.is_empty() else None
     ref = pols.get(BASELINE, {}).get("p99_ms")
@@ -160,7 +172,7 @@ def capacity_bullets(run: RunData) -> list[str]:
 
 def capacity_summary(run: RunData) -> dict[str, Any] | None:
     """summary.json's ``capacity`` object (None when planning was skipped)."""
-    cap = run.table("capacity")
+    cap = run.table(CAPACITY)
     if cap.is_empty():
         return None
     m = run.meta
@@ -170,9 +182,9 @@ def capacity_summary(run: RunData) -> dict[str, Any] | None:
         "operating_nodes": m.get("operating_nodes"),
         "per_node_factor": m.get("per_node_factor"),
         "rows": cap.to_dicts(),
-        "savings": run.table("capacity_savings").to_dicts(),
-        "max_qps": run.table("max_qps").to_dicts(),
-        "routing": run.table("routing").to_dicts(),
+        "savings": run.table(CAPACITY_SAVINGS).to_dicts(),
+        "max_qps": run.table(MAX_QPS).to_dicts(),
+        "routing": run.table(ROUTING).to_dicts(),
     }
 
 
@@ -256,8 +268,8 @@ def verdict(run: RunData) -> list[str]:
 def build_summary(run: RunData) -> dict[str, Any]:
     """The summary.json object (key order is part of the schema)."""
     m = run.meta
-    timings = run.table("timings")
-    versions = run.table("versions")
+    timings = run.table(TIMINGS)
+    versions = run.table(VERSIONS)
     out: dict[str, Any] = {
         "schema": SUMMARY_SCHEMA,
         "schema_version": SUMMARY_SCHEMA_VERSION,

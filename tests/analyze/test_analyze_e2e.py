@@ -15,6 +15,7 @@ from helm_plan import trace
 from helm_plan.analyze import build_config, run_analyze
 from helm_plan.oracle import OracleConfig, best_static, label_windows, read_labels
 from helm_plan.policies import PolicyEnv, parse_policy
+from helm_plan.report import tables as report_tables
 from helm_plan.sim import NodeConfig, fill_forward, load_context, simulate_node
 
 PLAN = {
@@ -113,6 +114,7 @@ def test_outputs_and_store_tables(run):
             "versions", "timings", "run_meta", "workload_arrivals", "capacity",
             "capacity_savings", "load_curve", "max_qps", "routing"}  # fmt: skip
     assert want <= tables
+    assert tables - {"run_meta"} <= set(report_tables.ALL)  # every stored table has its name
     assert n_pw == 6 * len(read_labels(res.labels_path).r_star)
 
 

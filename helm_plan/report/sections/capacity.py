@@ -16,11 +16,12 @@ import polars as pl
 from helm_plan.report.colours import policy_colour
 from helm_plan.report.page import Page, f_fixed, f_num, f_pct, f_text, layout, slo_line, table
 from helm_plan.report.store import RunData
+from helm_plan.report.tables import CAPACITY, CAPACITY_SAVINGS, LOAD_CURVE
 
 
 def pareto(run: RunData) -> go.Figure | None:
     """USD per day against P99 at the planned fleet, one point per policy × router."""
-    cap = run.table("capacity")
+    cap = run.table(CAPACITY)
     if cap.is_empty():
         return None
     ok = cap.filter(pl.col("nodes").is_not_null())
@@ -44,7 +45,7 @@ def pareto(run: RunData) -> go.Figure | None:
 
 def load_curves(run: RunData) -> go.Figure | None:
     """One node's P99 against offered QPS, per policy (the MLPerf server-scenario figure)."""
-    lc = run.table("load_curve")
+    lc = run.table(LOAD_CURVE)
     if lc.is_empty():
         return None
     fig = go.Figure()
@@ -65,7 +66,7 @@ def load_curves(run: RunData) -> go.Figure | None:
 
 def render(run: RunData, page: Page) -> str | None:
     """The Capacity section; None when planning was skipped (``--no-capacity``)."""
-    cap = run.table("capacity")
+    cap = run.table(CAPACITY)
     if cap.is_empty():
         return None
     m = run.meta
@@ -82,7 +83,7 @@ def render(run: RunData, page: Page) -> str | None:
             ("slo_attainment", "attainment", pct(2)), ("usd_per_day", "USD/day", fix(0)),
             ("usd_per_million_requests", "USD per M req", fix(3)),
             ("nodes_saved", "nodes saved vs baseline", num)]  # fmt: skip
-    sav = run.table("capacity_savings")
+    sav = run.table(CAPACITY_SAVINGS)
     scols = [("kind", "comparison", t), ("scope", "with", t), ("a", "A", t), ("b", "against B", t),
              ("nodes_saved", "nodes saved", num), ("lo", "CI low", fix(1)),
              ("hi", "CI high", fix(1)), ("usd_saved_per_day", "USD saved/day", fix(0))]  # fmt: skip

@@ -8,10 +8,11 @@ import polars as pl
 from helm_plan.report.colours import PALETTE
 from helm_plan.report.page import Page, f_fixed, f_gib, f_pct, f_text, layout, rows, table
 from helm_plan.report.store import RunData
+from helm_plan.report.tables import CURVE_KNEES, CURVES
 
 
 def _curve(run: RunData, kinds: tuple[str, ...], title: str, ytitle: str) -> go.Figure | None:
-    df = run.table("curves")
+    df = run.table(CURVES)
     if df.is_empty():
         return None
     df = df.filter(pl.col("kind").is_in(list(kinds)))
@@ -43,7 +44,7 @@ def _curve(run: RunData, kinds: tuple[str, ...], title: str, ytitle: str) -> go.
                       "dash": "solid" if i == 0 else "dash"},
             )
         )  # fmt: skip
-    knees = run.table("curve_knees")
+    knees = run.table(CURVE_KNEES)
     if not knees.is_empty():
         kn = knees.filter(
             (pl.col("kind") == main)
@@ -77,8 +78,8 @@ def kv_curve(run: RunData) -> go.Figure | None:
 def render(run: RunData, page: Page) -> str:
     """The knees table and the two curves."""
     knees = (
-        rows(run.table("curve_knees").filter(pl.col("window") < 0))
-        if not run.table("curve_knees").is_empty()
+        rows(run.table(CURVE_KNEES).filter(pl.col("window") < 0))
+        if not run.table(CURVE_KNEES).is_empty()
         else []
     )
     return (

@@ -10,6 +10,7 @@ import polars as pl
 from helm_plan.report.colours import PALETTE
 from helm_plan.report.page import Page, f_num, f_text, layout, rows, table
 from helm_plan.report.store import RunData
+from helm_plan.report.tables import LATENCY_COEF, LATENCY_TERMS
 
 QUEUE_TERM = "queue_wait"
 """The latency_terms row that is time in the queue, not service (plotted apart)."""
@@ -21,7 +22,7 @@ def latency_terms(run: RunData) -> go.Figure | None:
     Queue wait is not service: it is drawn as a separate marker per policy, so
     the stacked bar is the mean service time and bar + marker the mean sojourn.
     """
-    df = run.table("latency_terms")
+    df = run.table(LATENCY_TERMS)
     if df.is_empty():
         return None
     policies = list(dict.fromkeys(df["policy"].to_list()))
@@ -56,7 +57,7 @@ def latency_terms(run: RunData) -> go.Figure | None:
 
 def render(run: RunData, page: Page) -> str:
     """The formula with its source, the coefficients and the per-term figure."""
-    coef = rows(run.table("latency_coef"))
+    coef = rows(run.table(LATENCY_COEF))
     return (
         '<p class="lead">Service time S = t0 + lookups·row/hbm_bw + [miss]·h2d_latency + '
         "misses·(host_gather + row/h2d_bw) + a·n + b·n·L + c·M + d·M·L. "

@@ -9,11 +9,12 @@ from helm_plan.report.colours import PALETTE
 from helm_plan.report.page import Column, Page, f_fixed, f_num, f_pct, layout, rows, table
 from helm_plan.report.store import RunData
 from helm_plan.report.summary import flat_tol
+from helm_plan.report.tables import LABELS, LABELS_GRID
 
 
 def oracle_timeline(run: RunData) -> go.Figure | None:
     """r* per window, the band of r within 2% of the best P99, and the best static line."""
-    lab = run.table("labels")
+    lab = run.table(LABELS)
     if lab.is_empty():
         return None
     t = ((lab["t_start_s"] + lab["t_end_s"]) / 2).to_list()
@@ -47,7 +48,7 @@ def oracle_timeline(run: RunData) -> go.Figure | None:
 
 def regret_heatmap(run: RunData) -> go.Figure | None:
     """P99(r)/P99(r*) − 1 over the window × ratio grid the oracle evaluated."""
-    g = run.table("labels_grid")
+    g = run.table(LABELS_GRID)
     if g.is_empty():
         return None
     g = g.sort(["window", "ratio"])
@@ -91,5 +92,5 @@ def render(run: RunData, page: Page) -> str:
         f"{how}). The band holds every r whose P99 is within "
         f"{flat_tol(run):.0%} of the best: a wide band means the split hardly matters there.</p>"
         + page.grid(oracle_timeline(run), regret_heatmap(run))
-        + table(rows(run.table("labels")), cols)
+        + table(rows(run.table(LABELS)), cols)
     )

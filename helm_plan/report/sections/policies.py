@@ -20,6 +20,7 @@ from helm_plan.report.page import (
     table,
 )
 from helm_plan.report.store import RunData
+from helm_plan.report.tables import POLICIES, POLICY_WINDOWS, STATIC_SWEEP
 
 
 def _per_policy(df: pl.DataFrame, y: str, *, line: dict[str, Any], **kw: Any) -> go.Figure:
@@ -38,7 +39,7 @@ def _per_policy(df: pl.DataFrame, y: str, *, line: dict[str, Any], **kw: Any) ->
 
 def policy_p99(run: RunData) -> go.Figure | None:
     """Per-window P99 of every policy, with the SLO."""
-    df = run.table("policy_windows")
+    df = run.table(POLICY_WINDOWS)
     if df.is_empty():
         return None
     fig = _per_policy(df, "p99_ms", mode="lines+markers", line={"width": 1.8}, marker={"size": 5})
@@ -52,7 +53,7 @@ def policy_p99(run: RunData) -> go.Figure | None:
 
 def static_sweep(run: RunData) -> go.Figure | None:
     """Whole-trace P99 against the static ratio r, with the best static r marked."""
-    df = run.table("static_sweep")
+    df = run.table(STATIC_SWEEP)
     if df.is_empty():
         return None
     df = df.sort("ratio")
@@ -83,7 +84,7 @@ def static_sweep(run: RunData) -> go.Figure | None:
 
 def policy_ratio(run: RunData) -> go.Figure | None:
     """The EMB share each policy ran with, per window."""
-    df = run.table("policy_windows")
+    df = run.table(POLICY_WINDOWS)
     if df.is_empty():
         return None
     fig = _per_policy(df, "ratio", mode="lines", line={"shape": "hv"})
@@ -105,6 +106,6 @@ def render(run: RunData, page: Page) -> str:
         "best-static: the single r minimising whole-trace P99; emb-max / kv-max: the whole pool to "
         "one cache; naive-adaptive: the oracle schedule with eager (blocking) refill; adaptive: the "
         "oracle schedule with throttled background refill.</p>"
-        + table(rows(run.table("policies")), cols, highlight="adaptive")
+        + table(rows(run.table(POLICIES)), cols, highlight="adaptive")
         + page.grid(policy_p99(run), policy_ratio(run), static_sweep(run))
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from helm_plan.report.page import Page, f_fixed, f_text, rows, table
 from helm_plan.report.store import RunData
+from helm_plan.report.tables import CONFIG, TIMINGS, VERSIONS
 
 
 def render(run: RunData, page: Page) -> str:
@@ -14,9 +15,9 @@ def render(run: RunData, page: Page) -> str:
         {"k": "seed", "v": m.get("seed")},
         {"k": "command", "v": m.get("command")},
     ]
-    cfg = rows(run.table("config"))
-    ver = rows(run.table("versions"))
-    tim = rows(run.table("timings"))
+    cfg = rows(run.table(CONFIG))
+    ver = rows(run.table(VERSIONS))
+    tim = rows(run.table(TIMINGS))
     return (
         table(ids, [("k", "item", f_text), ("v", "value", f_text)])
         + "<h3>Configuration</h3>"

@@ -8,11 +8,12 @@ import polars as pl
 from helm_plan.report.colours import router_colour
 from helm_plan.report.page import Page, f_fixed, f_num, f_pct, f_text, layout, table
 from helm_plan.report.store import RunData
+from helm_plan.report.tables import CAPACITY, ROUTING, ROUTING_WINDOWS
 
 
 def ratio_spread(run: RunData) -> go.Figure | None:
     """Per-window spread of the nodes' r (max − min), per router."""
-    rw = run.table("routing_windows")
+    rw = run.table(ROUTING_WINDOWS)
     if rw.is_empty():
         return None
     fig = go.Figure()
@@ -27,9 +28,9 @@ def ratio_spread(run: RunData) -> go.Figure | None:
 
 def render(run: RunData, page: Page) -> str | None:
     """The Routing section; None when planning was skipped (as Capacity)."""
-    if run.table("capacity").is_empty():
+    if run.table(CAPACITY).is_empty():
         return None
-    rt = run.table("routing")
+    rt = run.table(ROUTING)
     if rt.is_empty():
         return ('<p class="lead">One node serves the planned traffic, so routing does not apply. '
                 "Pass <code>--peak-qps</code> or <code>--scale</code> to plan a fleet.</p>")  # fmt: skip

@@ -19,11 +19,12 @@ from helm_plan.report.page import (
     table,
 )
 from helm_plan.report.store import RunData
+from helm_plan.report.tables import ADAPTIVITY, LABELS, SENSITIVITY
 
 
 def sensitivity(run: RunData) -> go.Figure | None:
     """Regret and |r − r*| distributions per policy (box plots over windows)."""
-    df = run.table("sensitivity")
+    df = run.table(SENSITIVITY)
     if df.is_empty():
         return None
     fig = make_subplots(rows=1, cols=2, subplot_titles=("regret P99(r)/P99(r*) − 1", "|r − r*|"))
@@ -40,7 +41,7 @@ def sensitivity(run: RunData) -> go.Figure | None:
 
 def flatness(run: RunData) -> go.Figure | None:
     """Width of the band of r within 2% of the best P99, per window."""
-    lab = run.table("labels")
+    lab = run.table(LABELS)
     if lab.is_empty():
         return None
     fig = go.Figure(
@@ -53,7 +54,7 @@ def flatness(run: RunData) -> go.Figure | None:
 
 def adaptivity(run: RunData) -> go.Figure | None:
     """Value of adaptivity: P99 reduction against best static with its bootstrap CI."""
-    df = run.table("adaptivity")
+    df = run.table(ADAPTIVITY)
     if df.is_empty():
         return None
     pol = df["policy"].to_list()
@@ -86,6 +87,6 @@ def render(run: RunData, page: Page) -> str:
         "the optimum, so every comparison is reported with its ratio distance |r − r*|, its regret "
         "P99(r)/P99(r*) − 1, the flatness of the curve, and a bootstrap confidence interval over "
         "windows for the value of adaptivity.</p>"
-        + table(rows(run.table("adaptivity")), cols)
+        + table(rows(run.table(ADAPTIVITY)), cols)
         + page.grid(sensitivity(run), flatness(run), adaptivity(run))
     )

@@ -11,6 +11,12 @@ from helm_plan.report.colours import PALETTE
 from helm_plan.report.page import Page, f_num, f_text, human_bytes, layout, pct_text, table
 from helm_plan.report.store import RunData
 from helm_plan.report.summary import stats_dict
+from helm_plan.report.tables import (
+    LABELS,
+    WORKLOAD_ARRIVALS,
+    WORKLOAD_HISTORY,
+    WORKLOAD_POPULARITY,
+)
 
 
 def _stat_value(key: str, v: Any) -> str:
@@ -23,7 +29,7 @@ def _stat_value(key: str, v: Any) -> str:
 
 def arrivals(run: RunData) -> go.Figure | None:
     """Arrival rate over time (requests per second per bin)."""
-    df = run.table("workload_arrivals")
+    df = run.table(WORKLOAD_ARRIVALS)
     if df.is_empty():
         return None
     fig = go.Figure(
@@ -42,7 +48,7 @@ def arrivals(run: RunData) -> go.Figure | None:
 
 
 def _add_window_edges(fig: go.Figure, run: RunData) -> None:
-    win = run.table("labels")
+    win = run.table(LABELS)
     if win.is_empty():
         return
     for t in win["t_start_s"].to_list()[1:]:
@@ -51,7 +57,7 @@ def _add_window_edges(fig: go.Figure, run: RunData) -> None:
 
 def history_lengths(run: RunData) -> go.Figure | None:
     """Histogram of context lengths L per request."""
-    df = run.table("workload_history")
+    df = run.table(WORKLOAD_HISTORY)
     if df.is_empty():
         return None
     labels = [f"{lo}–{hi}" for lo, hi in zip(df["len_lo"], df["len_hi"], strict=True)]
@@ -64,7 +70,7 @@ def history_lengths(run: RunData) -> go.Figure | None:
 
 def popularity(run: RunData) -> go.Figure | None:
     """Item popularity: lookups by rank, log-log."""
-    df = run.table("workload_popularity")
+    df = run.table(WORKLOAD_POPULARITY)
     if df.is_empty():
         return None
     fig = go.Figure(
