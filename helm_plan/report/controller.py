@@ -17,7 +17,7 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
-from helm_plan.report.page import Page, f_fixed, f_num, f_pct, f_text, layout, table
+from helm_plan.report.page import Page, f_fixed, f_num, f_pct, f_text, layout, table, tol_text
 from helm_plan.report.store import RunData
 from helm_plan.report.tables import ADAPTIVITY, LABELS, POLICIES, POLICY_WINDOWS, SENSITIVITY
 
@@ -77,7 +77,7 @@ def timeline(run: RunData) -> go.Figure | None:
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=x + x[::-1], y=lab["flat_hi"].to_list() + lab["flat_lo"].to_list()[::-1],
                              fill="toself", fillcolor="rgba(42,157,143,0.15)", line={"width": 0},
-                             name="flat band (within 2% of r*)", hoverinfo="skip"))  # fmt: skip
+                             name=f"flat band (within {tol_text(run)} of r*)", hoverinfo="skip"))  # fmt: skip
     fig.add_trace(go.Scatter(x=x, y=lab["r_star"].to_list(), mode="lines", name="r* (oracle)",
                              line={"color": "#2a9d8f", "dash": "dot", "shape": "hv"}))  # fmt: skip
     fig.add_trace(go.Scatter(x=c["t_start_s"].to_list(), y=c["ratio"].to_list(), mode="lines",

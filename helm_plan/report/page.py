@@ -65,6 +65,22 @@ class Section:
     """The section's HTML from the run, or None to leave it out."""
 
 
+# ------------------------------------------------------------------ the run's settings
+
+FLAT_TOLERANCE = 0.02
+"""The flatness tolerance of runs whose store predates ``meta['flat_tol']`` (the oracle's default)."""
+
+
+def flat_tol(run: RunData) -> float:
+    """The relative P99 tolerance the run's oracle used for its flat bands."""
+    return float(run.meta.get("flat_tol", FLAT_TOLERANCE))
+
+
+def tol_text(run: RunData) -> str:
+    """:func:`flat_tol` as a label: "2%", "2.5%" (never rounded to a whole percent)."""
+    return f"{100 * flat_tol(run):g}%"
+
+
 # ------------------------------------------------------------------ formatters
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from helm_plan.report.controller import controller_summary
+from helm_plan.report.page import flat_tol
 from helm_plan.report.store import RunData
 from helm_plan.report.tables import (
     ADAPTIVITY,
@@ -31,17 +32,6 @@ from helm_plan.report.tables import (
 
 SUMMARY_SCHEMA = "helm-plan/summary"
 SUMMARY_SCHEMA_VERSION = "1.0"
-
-FLAT_TOLERANCE = 0.02
-"""The flatness tolerance of runs whose store predates ``meta['flat_tol']`` (the oracle's default)."""
-
-
-def flat_tol(run: RunData) -> float:
-    """The relative P99 tolerance the run's oracle used for its flat bands."""
-    return float(run.meta.get("flat_tol", FLAT_TOLERANCE))
-
-
-"""Relative P99 tolerance that defines the near-optimal (flat) band and 'hardly matters'."""
 
 OVERLOAD_ATTAINMENT = 0.99
 """Below this SLO attainment under every policy, the node is overloaded (a P99 SLO needs 99%)."""

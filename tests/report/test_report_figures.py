@@ -77,3 +77,25 @@ def test_workload_table_has_labels_and_human_bytes():
     page = render(type(run)(tables={**run.tables, "stats": stats}, meta=run.meta))
     assert "mean arrival rate (req/s)" in page and "EMB footprint" in page
     assert "3 GiB" in page and "emb_footprint_bytes" not in page
+
+
+def test_figure_labels_read_the_runs_tolerance():
+    """The flat band's labels name the run's own tolerance (meta flat_tol), never a literal 2%."""
+    from fake_run import make_fleet_run
+
+    from helm_plan.report.controller import timeline
+    from helm_plan.report.page import tol_text
+    from helm_plan.report.sections.oracle import oracle_timeline
+    from helm_plan.report.sections.sensitivity import flatness
+
+    base = make_fleet_run()
+    for tol, text in ((0.025, "2.5%"), (0.1, "10%"), (0.02, "2%")):
+        run = type(base)(tables=base.tables, meta={**base.meta, "flat_tol": tol})
+        assert tol_text(run) == text
+        assert f"within {text} of best P99" in {t.name for t in oracle_timeline(run).data}
+        assert flatness(run).layout.yaxis.title.text == f"range of r within {text} (Δr)"
+        assert f"flat band (within {text} of r*)" in {t.name for t in timeline(run).data}
+    legacy = type(base)(
+        tables=base.tables, meta={k: v for k, v in base.meta.items() if k != "flat_tol"}
+    )
+    assert tol_text(legacy) == "2%"  # a store from before meta['flat_tol']: the oracle's default

@@ -6,14 +6,13 @@ import plotly.graph_objects as go
 import polars as pl
 
 from helm_plan.report.colours import PALETTE
-from helm_plan.report.page import Column, Page, f_fixed, f_num, f_pct, layout, rows, table
+from helm_plan.report.page import Column, Page, f_fixed, f_num, f_pct, layout, rows, table, tol_text
 from helm_plan.report.store import RunData
-from helm_plan.report.summary import flat_tol
 from helm_plan.report.tables import LABELS, LABELS_GRID
 
 
 def oracle_timeline(run: RunData) -> go.Figure | None:
-    """r* per window, the band of r within 2% of the best P99, and the best static line."""
+    """r* per window, the band of r within the run's tolerance of the best P99, and best static."""
     lab = run.table(LABELS)
     if lab.is_empty():
         return None
@@ -26,7 +25,7 @@ def oracle_timeline(run: RunData) -> go.Figure | None:
     fig.add_trace(
         go.Scatter(
             x=t, y=lab["flat_lo"].to_list(), mode="lines", line={"width": 0}, fill="tonexty",
-            fillcolor="rgba(79,143,58,0.18)", name="within 2% of best P99",
+            fillcolor="rgba(79,143,58,0.18)", name=f"within {tol_text(run)} of best P99",
         )
     )  # fmt: skip
     fig.add_trace(
@@ -90,7 +89,7 @@ def render(run: RunData, page: Page) -> str:
     return (
         '<p class="lead">The offline-optimal EMB share r* per window (seeded Optuna study, '
         f"{how}). The band holds every r whose P99 is within "
-        f"{flat_tol(run):.0%} of the best: a wide band means the split hardly matters there.</p>"
+        f"{tol_text(run)} of the best: a wide band means the split hardly matters there.</p>"
         + page.grid(oracle_timeline(run), regret_heatmap(run))
         + table(rows(run.table(LABELS)), cols)
     )

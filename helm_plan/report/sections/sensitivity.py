@@ -17,6 +17,7 @@ from helm_plan.report.page import (
     layout,
     rows,
     table,
+    tol_text,
 )
 from helm_plan.report.store import RunData
 from helm_plan.report.tables import ADAPTIVITY, LABELS, SENSITIVITY
@@ -40,7 +41,7 @@ def sensitivity(run: RunData) -> go.Figure | None:
 
 
 def flatness(run: RunData) -> go.Figure | None:
-    """Width of the band of r within 2% of the best P99, per window."""
+    """Width of the band of r within the run's tolerance of the best P99, per window."""
     lab = run.table(LABELS)
     if lab.is_empty():
         return None
@@ -49,7 +50,7 @@ def flatness(run: RunData) -> go.Figure | None:
     )
     fig.update_yaxes(range=[0, 1.02])
     return layout(fig, "Flatness: width of the near-optimal band", xaxis_title="window",
-                  yaxis_title="range of r within 2% (Δr)", hovermode="closest")  # fmt: skip
+                  yaxis_title=f"range of r within {tol_text(run)} (Δr)", hovermode="closest")  # fmt: skip
 
 
 def adaptivity(run: RunData) -> go.Figure | None:
