@@ -17,7 +17,18 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
-from helm_plan.report.page import Page, f_fixed, f_num, f_pct, f_text, layout, table, tol_text
+from helm_plan.report.colours import policy_colour
+from helm_plan.report.page import (
+    Page,
+    f_fixed,
+    f_num,
+    f_pct,
+    f_text,
+    layout,
+    steps,
+    table,
+    tol_text,
+)
 from helm_plan.report.store import RunData
 from helm_plan.report.tables import ADAPTIVITY, LABELS, POLICIES, POLICY_WINDOWS, SENSITIVITY
 
@@ -73,15 +84,19 @@ def timeline(run: RunData) -> go.Figure | None:
     if c.is_empty():
         return None
     lab = lab.sort("t_start_s")
-    x = lab["t_start_s"].to_list()
+    t0, t1 = lab["t_start_s"], lab["t_end_s"]
+    x, hi = steps(t0, t1, lab["flat_hi"])
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=x + x[::-1], y=lab["flat_hi"].to_list() + lab["flat_lo"].to_list()[::-1],
-                             fill="toself", fillcolor="rgba(42,157,143,0.15)", line={"width": 0},
+    fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", line={"width": 0, "shape": "hv"},
+                             showlegend=False, hoverinfo="skip"))  # fmt: skip
+    fig.add_trace(go.Scatter(x=x, y=steps(t0, t1, lab["flat_lo"])[1], mode="lines", fill="tonexty",
+                             fillcolor="rgba(42,157,143,0.15)", line={"width": 0, "shape": "hv"},
                              name=f"flat band (within {tol_text(run)} of r*)", hoverinfo="skip"))  # fmt: skip
-    fig.add_trace(go.Scatter(x=x, y=lab["r_star"].to_list(), mode="lines", name="r* (oracle)",
+    fig.add_trace(go.Scatter(x=x, y=steps(t0, t1, lab["r_star"])[1], mode="lines", name="r* (oracle)",
                              line={"color": "#2a9d8f", "dash": "dot", "shape": "hv"}))  # fmt: skip
-    fig.add_trace(go.Scatter(x=c["t_start_s"].to_list(), y=c["ratio"].to_list(), mode="lines",
-                             name="controller r", line={"color": "#d62828", "shape": "hv"}))  # fmt: skip
+    cx, cr = steps(c["t_start_s"], c["t_end_s"], c["ratio"])
+    fig.add_trace(go.Scatter(x=cx, y=cr, mode="lines", name="controller r",
+                             line={"color": policy_colour(NAME), "shape": "hv"}))  # fmt: skip
     return layout(fig, "Controller r per window against r* and its flat band",
                    xaxis_title="time (s)", yaxis_title="r (EMB share)", yaxis_range=[0, 1])  # fmt: skip
 

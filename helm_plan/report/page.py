@@ -193,6 +193,19 @@ def layout(fig: go.Figure, title: str, *, height: int = 400, **kw: Any) -> go.Fi
     return fig
 
 
+def steps(start: Sequence[float], end: Sequence[float], y: Sequence[Any]) -> tuple[list, list]:
+    """A per-window series as the points of a step line (``line_shape="hv"``).
+
+    Each value holds from its window's start until the next window starts;
+    the last one is repeated at the last window's end so that its window is
+    drawn too (a point per window start alone would drop it).
+    """
+    start, y = list(start), list(y)
+    if not start:
+        return [], []
+    return [*start, float(list(end)[-1])], [*y, y[-1]]
+
+
 def slo_line(fig: go.Figure, slo: float, *, log_y: bool) -> None:
     """A dotted SLO line labelled "SLO x ms" at its height.
 

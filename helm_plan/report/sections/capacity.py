@@ -13,7 +13,7 @@ import html
 import plotly.graph_objects as go
 import polars as pl
 
-from helm_plan.report.colours import policy_colour
+from helm_plan.report.colours import policy_colour, router_symbol
 from helm_plan.report.page import Page, f_fixed, f_num, f_pct, f_text, layout, slo_line, table
 from helm_plan.report.store import RunData
 from helm_plan.report.tables import CAPACITY, CAPACITY_SAVINGS, LOAD_CURVE
@@ -28,13 +28,22 @@ def pareto(run: RunData) -> go.Figure | None:
     if ok.is_empty():
         return None
     fig = go.Figure()
-    for i, (pol,) in enumerate(ok.select("policy").unique(maintain_order=True).iter_rows()):
+    # colour = policy, symbol = router: the legend lists both, the router entries in grey
+    for (pol,) in ok.select("policy").unique(maintain_order=True).iter_rows():
         d = ok.filter(pl.col("policy") == pol)
         fig.add_trace(go.Scatter(
             x=d["usd_per_day"].to_list(), y=d["p99_ms"].to_list(), mode="markers", name=pol,
             hovertext=[f"{pol} behind {r}: {n} nodes"
                        for r, n in zip(d["router"], d["nodes"], strict=True)],
-            marker={"size": 10, "color": policy_colour(pol, i)},
+            hovertemplate="%{hovertext}<br>%{x:,.0f} USD/day, P99 %{y:.4g} ms<extra></extra>",
+            marker={"size": 11, "color": policy_colour(pol), "line": {"width": 1, "color": "#fff"},
+                    "symbol": [router_symbol(r) for r in d["router"]]},
+        ))  # fmt: skip
+    for (router,) in ok.select("router").unique(maintain_order=True).iter_rows():
+        fig.add_trace(go.Scatter(
+            x=[None], y=[None], mode="markers", name=f"router {router}", legendgroup="routers",
+            marker={"size": 11, "color": "#8a94a0", "symbol": router_symbol(router)},
+            hoverinfo="skip",
         ))  # fmt: skip
     slo = run.meta.get("slo_ms")
     if slo:
@@ -49,12 +58,15 @@ def load_curves(run: RunData) -> go.Figure | None:
     if lc.is_empty():
         return None
     fig = go.Figure()
-    for i, (pol,) in enumerate(lc.select("policy").unique(maintain_order=True).iter_rows()):
+    for (pol,) in lc.select("policy").unique(maintain_order=True).iter_rows():
         d = lc.filter(pl.col("policy") == pol).sort("qps")
         fig.add_trace(go.Scatter(
             x=d["qps"].to_list(), y=d["p99_ms"].to_list(), mode="lines+markers", name=pol,
-            line={"color": policy_colour(pol, i)},
+            line={"color": policy_colour(pol)},
             marker={"symbol": ["circle" if p else "x" for p in d["passes"]], "size": 8},
+            customdata=["meets the SLO" if p else "fails the SLO" for p in d["passes"]],
+            hovertemplate=f"{pol} at %{{x:,.4g}} QPS: P99 %{{y:.4g}} ms, %{{customdata}}"
+                          "<extra></extra>",
         ))  # fmt: skip
     slo = run.meta.get("slo_ms")
     if slo:

@@ -6,7 +6,18 @@ import plotly.graph_objects as go
 import polars as pl
 
 from helm_plan.report.colours import PALETTE
-from helm_plan.report.page import Column, Page, f_fixed, f_num, f_pct, layout, rows, table, tol_text
+from helm_plan.report.page import (
+    Column,
+    Page,
+    f_fixed,
+    f_num,
+    f_pct,
+    layout,
+    rows,
+    steps,
+    table,
+    tol_text,
+)
 from helm_plan.report.store import RunData
 from helm_plan.report.tables import LABELS, LABELS_GRID
 
@@ -16,22 +27,28 @@ def oracle_timeline(run: RunData) -> go.Figure | None:
     lab = run.table(LABELS)
     if lab.is_empty():
         return None
-    t = ((lab["t_start_s"] + lab["t_end_s"]) / 2).to_list()
+    lab = lab.sort("t_start_s")
+    t0, t1 = lab["t_start_s"], lab["t_end_s"]
     fig = go.Figure()
+    x, hi = steps(t0, t1, lab["flat_hi"])
     fig.add_trace(
-        go.Scatter(x=t, y=lab["flat_hi"].to_list(), mode="lines", line={"width": 0},
+        go.Scatter(x=x, y=hi, mode="lines", line={"width": 0, "shape": "hv"},
                    showlegend=False, hoverinfo="skip")
     )  # fmt: skip
+    x, lo = steps(t0, t1, lab["flat_lo"])
     fig.add_trace(
         go.Scatter(
-            x=t, y=lab["flat_lo"].to_list(), mode="lines", line={"width": 0}, fill="tonexty",
+            x=x, y=lo, mode="lines", line={"width": 0, "shape": "hv"}, fill="tonexty",
             fillcolor="rgba(79,143,58,0.18)", name=f"within {tol_text(run)} of best P99",
+            hoverinfo="skip",
         )
     )  # fmt: skip
+    x, r = steps(t0, t1, lab["r_star"])
     fig.add_trace(
         go.Scatter(
-            x=t, y=lab["r_star"].to_list(), mode="lines+markers", name="r* (oracle)",
-            line={"color": PALETTE[2], "width": 2}, marker={"size": 7},
+            x=x, y=r, mode="lines", name="r* (oracle)",
+            line={"color": PALETTE[2], "width": 2, "shape": "hv"},
+            hovertemplate="r* = %{y:.2f}<extra></extra>",
         )
     )  # fmt: skip
     bs = run.meta.get("best_static_ratio")

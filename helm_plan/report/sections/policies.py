@@ -17,21 +17,24 @@ from helm_plan.report.page import (
     layout,
     rows,
     slo_line,
+    steps,
     table,
 )
 from helm_plan.report.store import RunData
 from helm_plan.report.tables import POLICIES, POLICY_WINDOWS, STATIC_SWEEP
 
 
-def _per_policy(df: pl.DataFrame, y: str, *, line: dict[str, Any], **kw: Any) -> go.Figure:
-    """One line per policy of column ``y`` against window mid-time, in table order."""
+def _per_policy(df: pl.DataFrame, y: str, fmt: str, *, line: dict[str, Any]) -> go.Figure:
+    """One step line per policy of column ``y`` over its windows, in table order."""
     fig = go.Figure()
-    for i, p in enumerate(dict.fromkeys(df["policy"].to_list())):
+    for p in dict.fromkeys(df["policy"].to_list()):
         sub = df.filter(pl.col("policy") == p).sort("window")
+        x, v = steps(sub["t_start_s"], sub["t_end_s"], sub[y])
         fig.add_trace(
             go.Scatter(
-                x=((sub["t_start_s"] + sub["t_end_s"]) / 2).to_list(), y=sub[y].to_list(),
-                name=p, line={**line, "color": policy_colour(p, i)}, **kw,
+                x=x, y=v, mode="lines", name=p,
+                line={**line, "shape": "hv", "color": policy_colour(p)},
+                hovertemplate=f"{p}: %{{y:{fmt}}}<extra></extra>",
             )
         )  # fmt: skip
     return fig
@@ -42,7 +45,7 @@ def policy_p99(run: RunData) -> go.Figure | None:
     df = run.table(POLICY_WINDOWS)
     if df.is_empty():
         return None
-    fig = _per_policy(df, "p99_ms", mode="lines+markers", line={"width": 1.8}, marker={"size": 5})
+    fig = _per_policy(df, "p99_ms", ".4g", line={"width": 1.8})
     slo = run.meta.get("slo_ms")
     if slo:
         slo_line(fig, float(slo), log_y=True)
@@ -87,7 +90,7 @@ def policy_ratio(run: RunData) -> go.Figure | None:
     df = run.table(POLICY_WINDOWS)
     if df.is_empty():
         return None
-    fig = _per_policy(df, "ratio", mode="lines", line={"shape": "hv"})
+    fig = _per_policy(df, "ratio", ".2f", line={})
     fig.update_yaxes(range=[-0.02, 1.02])
     return layout(fig, "EMB share per window by policy", xaxis_title="time (s)",
                   yaxis_title="EMB share r")  # fmt: skip

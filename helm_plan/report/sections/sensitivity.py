@@ -29,9 +29,9 @@ def sensitivity(run: RunData) -> go.Figure | None:
     if df.is_empty():
         return None
     fig = make_subplots(rows=1, cols=2, subplot_titles=("regret P99(r)/P99(r*) − 1", "|r − r*|"))
-    for i, p in enumerate(dict.fromkeys(df["policy"].to_list())):
+    for p in dict.fromkeys(df["policy"].to_list()):
         sub = df.filter(pl.col("policy") == p)
-        c = policy_colour(p, i)
+        c = policy_colour(p)
         fig.add_trace(go.Box(y=sub["regret"].to_list(), name=p, marker_color=c,
                              boxpoints="all", jitter=0.4, pointpos=0, showlegend=False), 1, 1)  # fmt: skip
         fig.add_trace(go.Box(y=sub["abs_dr"].to_list(), name=p, marker_color=c,
@@ -64,7 +64,7 @@ def adaptivity(run: RunData) -> go.Figure | None:
     hi = df["ci_high"].to_list()
     fig = go.Figure(
         go.Bar(
-            x=pol, y=red, marker_color=[policy_colour(p, i) for i, p in enumerate(pol)],
+            x=pol, y=red, marker_color=[policy_colour(p) for p in pol],
             error_y={"type": "data", "symmetric": False,
                      "array": [h - r for h, r in zip(hi, red, strict=True)],
                      "arrayminus": [r - low for r, low in zip(red, lo, strict=True)]},

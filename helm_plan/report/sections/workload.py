@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 from helm_plan.inspect import LABELS as STAT_LABELS
 from helm_plan.report.colours import PALETTE
-from helm_plan.report.page import Page, f_num, f_text, human_bytes, layout, pct_text, table
+from helm_plan.report.page import Page, f_num, f_text, human_bytes, layout, pct_text, steps, table
 from helm_plan.report.store import RunData
 from helm_plan.report.summary import stats_dict
 from helm_plan.report.tables import (
@@ -28,16 +28,18 @@ def _stat_value(key: str, v: Any) -> str:
 
 
 def arrivals(run: RunData) -> go.Figure | None:
-    """Arrival rate over time (requests per second per bin)."""
+    """Arrival rate over time (requests per second per bin, a step per bin)."""
     df = run.table(WORKLOAD_ARRIVALS)
     if df.is_empty():
         return None
+    bin_s = float(df["t_s"][1] - df["t_s"][0]) if df.height > 1 else 1.0
+    x, y = steps(df["t_s"], df["t_s"] + bin_s, df["qps"])
     fig = go.Figure(
         go.Scatter(
-            x=df["t_s"].to_list(),
-            y=df["qps"].to_list(),
+            x=x,
+            y=y,
             mode="lines",
-            line={"color": PALETTE[0], "width": 1.5},
+            line={"color": PALETTE[0], "width": 1.5, "shape": "hv"},
             fill="tozeroy",
             fillcolor="rgba(31,78,121,0.15)",
             name="arrival rate",
