@@ -39,6 +39,18 @@ from helm_plan.plan.dense import scale_arrays
 from helm_plan.plan.evaluate import meets
 from helm_plan.plan.scale import peak_qps
 from helm_plan.pool import Pool
+from helm_plan.report.tables import (
+    CAPACITY,
+    CAPACITY_EVALUATED,
+    CAPACITY_FRONTIER,
+    CAPACITY_GPUS,
+    CAPACITY_HEADROOM,
+    CAPACITY_SAVINGS,
+    LOAD_CURVE,
+    MAX_QPS,
+    ROUTING,
+    ROUTING_WINDOWS,
+)
 from helm_plan.sim import NodeConfig, NodeContext, prepare_context
 
 ROUTING_COLUMNS = ("router", "policy", "nodes", "ratio", "p50_ms", "p99_ms", "slo_attainment",
@@ -224,13 +236,13 @@ def capacity_tables(c: Capacity) -> dict[str, pl.DataFrame]:
     headroom, routing; ``_operating_rows`` is the stage's own (not in the run store)."""
     r = c.result
     out = {
-        "capacity": r.capacity, "capacity_savings": r.savings, "capacity_gpus": r.gpus,
-        "capacity_evaluated": r.evaluated, "load_curve": r.load_curve, "max_qps": r.max_qps,
-        "capacity_frontier": r.frontier, "capacity_headroom": r.headroom, "routing": c.routing,
+        CAPACITY: r.capacity, CAPACITY_SAVINGS: r.savings, CAPACITY_GPUS: r.gpus,
+        CAPACITY_EVALUATED: r.evaluated, LOAD_CURVE: r.load_curve, MAX_QPS: r.max_qps,
+        CAPACITY_FRONTIER: r.frontier, CAPACITY_HEADROOM: r.headroom, ROUTING: c.routing,
         "_operating_rows": pl.DataFrame({"row": c.rows.astype(np.int64)}),
     }  # fmt: skip
     if c.routing_windows.height:
-        out["routing_windows"] = c.routing_windows
+        out[ROUTING_WINDOWS] = c.routing_windows
     return out
 
 

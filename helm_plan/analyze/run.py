@@ -64,6 +64,7 @@ from helm_plan.profiles import resolve_slo_ms
 from helm_plan.report import html as report_html
 from helm_plan.report.store import RunData, write_store
 from helm_plan.report.summary import build_summary
+from helm_plan.report.tables import CONFIG, LATENCY_COEF, TIMINGS, VERSIONS
 from helm_plan.sim import NodeContext, load_context
 from helm_plan.synth import SynthConfig
 
@@ -384,11 +385,11 @@ def _run_data(run: Run, sha: str, lat_prof: Any, command: str) -> RunData:
         tables.update({k: v for k, v in o.tables.items() if not k.startswith("_")})
         meta.update(o.meta)
     tables.update(labels_tables(run.labels))
-    tables["latency_coef"] = latency_table(ctx.latency, lat_prof.source)
-    tables["config"] = _config_table(cfg)
+    tables[LATENCY_COEF] = latency_table(ctx.latency, lat_prof.source)
+    tables[CONFIG] = _config_table(cfg)
     v = versions()
-    tables["versions"] = pl.DataFrame({"package": list(v), "version": list(v.values())})
-    tables["timings"] = pl.DataFrame(
+    tables[VERSIONS] = pl.DataFrame({"package": list(v), "version": list(v.values())})
+    tables[TIMINGS] = pl.DataFrame(
         {"stage": [r.name for r in run.runs], "seconds": [r.seconds for r in run.runs],
          "cached": [r.cached for r in run.runs], "key": [r.key for r in run.runs]}
     )  # fmt: skip

@@ -34,6 +34,22 @@ from helm_plan.oracle.labels import grid_suffix
 from helm_plan.oracle.static import BackgroundStatic, StaticRuns
 from helm_plan.policies import PolicyEnv, parse_policy
 from helm_plan.pool import Pool
+from helm_plan.report.tables import (
+    ADAPTIVITY,
+    CURVE_KNEES,
+    CURVES,
+    LABELS,
+    LABELS_GRID,
+    LATENCY_TERMS,
+    POLICIES,
+    POLICY_WINDOWS,
+    SENSITIVITY,
+    STATIC_SWEEP,
+    STATS,
+    WORKLOAD_ARRIVALS,
+    WORKLOAD_HISTORY,
+    WORKLOAD_POPULARITY,
+)
 from helm_plan.sim import (
     NodeConfig,
     NodeContext,
@@ -75,7 +91,7 @@ def stage_inspect(trace_path: Path, ctx: NodeContext, progress: Progress = _noop
         values.append(float(v) if num else None)
         texts.append(None if num or v is None else str(v))
     tables = {
-        "stats": pl.DataFrame(
+        STATS: pl.DataFrame(
             {"name": names, "value": values, "text": texts},
             schema={"name": pl.String, "value": pl.Float64, "text": pl.String},
         ),
@@ -112,9 +128,9 @@ def workload_tables(a: TraceArrays, max_seq_len: int) -> dict[str, pl.DataFrame]
     ranks = np.unique(np.geomspace(1, max(len(occ), 1), num=min(len(occ), 200)).astype(np.int64))
     popularity = pl.DataFrame({"rank": ranks, "count": occ[ranks - 1].astype(np.int64)})
     return {
-        "workload_arrivals": arrivals,
-        "workload_history": history,
-        "workload_popularity": popularity,
+        WORKLOAD_ARRIVALS: arrivals,
+        WORKLOAD_HISTORY: history,
+        WORKLOAD_POPULARITY: popularity,
     }
 
 
@@ -130,7 +146,7 @@ def stage_curves(ctx: NodeContext, cfg: CurvesConfig, progress: Progress = _noop
     table = cv.table.select(keep).with_columns(pl.col("window").cast(pl.Int64))
     knees = cv.knees.with_columns(pl.col("window").cast(pl.Int64))
     return StageOutput(
-        tables={"curves": table, "curve_knees": knees},
+        tables={CURVES: table, CURVE_KNEES: knees},
         meta={"curves_emb_kv_tokens": cv.emb_kv_tokens, "curves_ratio": cfg.ratio},
     )
 
@@ -182,7 +198,7 @@ def labels_tables(labels: Labels) -> dict[str, pl.DataFrame]:
             )
         )
     grid = pl.concat(rows).sort(["window", "ratio"])
-    return {"labels": lab, "labels_grid": grid}
+    return {LABELS: lab, LABELS_GRID: grid}
 
 
 # ------------------------------------------------------------------ policies
@@ -366,12 +382,12 @@ def stage_policies(
     progress(total, total)
     static_eval = bs.evaluated.rename({"r": "ratio"})
     tables = {
-        "policy_windows": pl.concat(pw, how="vertical_relaxed"),
-        "policies": pl.DataFrame(pols),
-        "latency_terms": pl.DataFrame(terms),
-        "sensitivity": pl.concat(sens, how="vertical_relaxed"),
-        "adaptivity": pl.DataFrame(ad_rows),
-        "static_sweep": static_eval,
+        POLICY_WINDOWS: pl.concat(pw, how="vertical_relaxed"),
+        POLICIES: pl.DataFrame(pols),
+        LATENCY_TERMS: pl.DataFrame(terms),
+        SENSITIVITY: pl.concat(sens, how="vertical_relaxed"),
+        ADAPTIVITY: pl.DataFrame(ad_rows),
+        STATIC_SWEEP: static_eval,
     }
     meta = {
         "best_static_ratio": bs.ratio,

@@ -84,6 +84,8 @@ class Facts:
     """The middle of the flat band."""
     band: tuple[float, float] | None = None
     """The flat band: every r within flat_tol of the best P99."""
+    fleet_ratio: float | None = None
+    """The r the plan sized the fleet with (the first r found to meet the SLO)."""
     adapt: tuple[float, float, float, float] | None = None
     """Adaptivity: (P99 reduction, CI low, CI high, confidence)."""
     refill: tuple[float, float] | None = None
@@ -185,11 +187,15 @@ def recommend_sentence(f: Facts) -> str | None:
     if not (_ok(f.ratio) and _ok(f.robust_ratio)):
         return None
     band = f" (band [{f.band[0]:.2f}, {f.band[1]:.2f}])" if f.band else ""
+    sized = ""
+    if _ok(f.fleet_ratio) and abs(f.fleet_ratio - f.robust_ratio) >= 0.005:
+        sized = (f" The fleet was sized with r = {f.fleet_ratio:.2f}, the first split found to "
+                 "meet the SLO; the node's P99 is lowest across the band.")  # fmt: skip
     if abs(f.robust_ratio - f.ratio) < 0.005:
-        return f"Deploy r = {f.ratio:.2f} (EMB share of the pool){band}."
+        return f"Deploy r = {f.ratio:.2f} (EMB share of the pool){band}.{sized}"
     return (f"Deploy r = {f.robust_ratio:.2f}, the middle of the flat band{band}: every r in it "
             f"is within {f.flat_tol:.0%} of the best P99; the argmin r = {f.ratio:.2f} sits "
-            "near its edge.")  # fmt: skip
+            f"near its edge.{sized}")  # fmt: skip
 
 
 def adapt_sentence(f: Facts) -> str | None:

@@ -17,8 +17,20 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
-from helm_plan.report.figures import _layout
+from helm_plan.report.colours import policy_colour
+from helm_plan.report.page import (
+    Page,
+    f_fixed,
+    f_num,
+    f_pct,
+    f_text,
+    layout,
+    steps,
+    table,
+    tol_text,
+)
 from helm_plan.report.store import RunData
+from helm_plan.report.tables import ADAPTIVITY, LABELS, POLICIES, POLICY_WINDOWS, SENSITIVITY
 
 NAME = "controller"
 """The policy row analyze runs for the shipped default controller."""
@@ -28,15 +40,15 @@ NARROW_BAND = 0.1
 
 def controller_summary(run: RunData) -> dict[str, Any] | None:
     """summary.json's ``controller`` object (None when analyze ran no controller)."""
-    pols = run.table("policies")
+    pols = run.table(POLICIES)
     if pols.is_empty() or NAME not in pols["policy"].to_list():
         return None
     row = pols.filter(pl.col("policy") == NAME).row(0, named=True)
     bs = pols.filter(pl.col("policy") == "best-static")
     bs_p99 = bs["p99_ms"][0] if bs.height else None
     o_p99 = run.meta.get("oracle_p99_ms")
-    sens = run.table("sensitivity")
-    lab = run.table("labels")
+    sens = run.table(SENSITIVITY)
+    lab = run.table(LABELS)
     narrow = (
         sens.filter(pl.col("policy") == NAME)
         .join(lab.select("window", "flat_width"), on="window")
@@ -44,7 +56,7 @@ def controller_summary(run: RunData) -> dict[str, Any] | None:
         if not sens.is_empty() and not lab.is_empty()
         else pl.DataFrame()
     )
-    ad = run.table("adaptivity")
+    ad = run.table(ADAPTIVITY)
     adr = ad.filter(pl.col("policy") == NAME) if not ad.is_empty() else ad
     gain = adr.row(0, named=True) if adr.height else {}
     p99 = row.get("p99_ms")
@@ -65,29 +77,33 @@ def controller_summary(run: RunData) -> dict[str, Any] | None:
 
 def timeline(run: RunData) -> go.Figure | None:
     """The controller's r per window against r* and its flat band."""
-    pw, lab = run.table("policy_windows"), run.table("labels")
+    pw, lab = run.table(POLICY_WINDOWS), run.table(LABELS)
     if pw.is_empty() or lab.is_empty():
         return None
     c = pw.filter(pl.col("policy") == NAME).sort("t_start_s")
     if c.is_empty():
         return None
     lab = lab.sort("t_start_s")
-    x = lab["t_start_s"].to_list()
+    t0, t1 = lab["t_start_s"], lab["t_end_s"]
+    x, hi = steps(t0, t1, lab["flat_hi"])
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=x + x[::-1], y=lab["flat_hi"].to_list() + lab["flat_lo"].to_list()[::-1],
-                             fill="toself", fillcolor="rgba(42,157,143,0.15)", line={"width": 0},
-                             name="flat band (within 2% of r*)", hoverinfo="skip"))  # fmt: skip
-    fig.add_trace(go.Scatter(x=x, y=lab["r_star"].to_list(), mode="lines", name="r* (oracle)",
+    fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", line={"width": 0, "shape": "hv"},
+                             showlegend=False, hoverinfo="skip"))  # fmt: skip
+    fig.add_trace(go.Scatter(x=x, y=steps(t0, t1, lab["flat_lo"])[1], mode="lines", fill="tonexty",
+                             fillcolor="rgba(42,157,143,0.15)", line={"width": 0, "shape": "hv"},
+                             name=f"flat band (within {tol_text(run)} of r*)", hoverinfo="skip"))  # fmt: skip
+    fig.add_trace(go.Scatter(x=x, y=steps(t0, t1, lab["r_star"])[1], mode="lines", name="r* (oracle)",
                              line={"color": "#2a9d8f", "dash": "dot", "shape": "hv"}))  # fmt: skip
-    fig.add_trace(go.Scatter(x=c["t_start_s"].to_list(), y=c["ratio"].to_list(), mode="lines",
-                             name="controller r", line={"color": "#d62828", "shape": "hv"}))  # fmt: skip
-    return _layout(fig, "Controller r per window against r* and its flat band",
+    cx, cr = steps(c["t_start_s"], c["t_end_s"], c["ratio"])
+    fig.add_trace(go.Scatter(x=cx, y=cr, mode="lines", name="controller r",
+                             line={"color": policy_colour(NAME), "shape": "hv"}))  # fmt: skip
+    return layout(fig, "Controller r per window against r* and its flat band",
                    xaxis_title="time (s)", yaxis_title="r (EMB share)", yaxis_range=[0, 1])  # fmt: skip
 
 
 def distance(run: RunData) -> go.Figure | None:
     """Distribution of |r − r*| over measured windows, all and narrow-band."""
-    sens, lab = run.table("sensitivity"), run.table("labels")
+    sens, lab = run.table(SENSITIVITY), run.table(LABELS)
     if sens.is_empty() or lab.is_empty():
         return None
     d = sens.filter(pl.col("policy") == NAME).join(lab.select("window", "flat_width"), on="window")
@@ -99,14 +115,14 @@ def distance(run: RunData) -> go.Figure | None:
     n = d.filter(pl.col("flat_width") < NARROW_BAND)
     fig.add_trace(go.Histogram(x=n["abs_dr"].to_list(), name=f"flat band < {NARROW_BAND:g}",
                                nbinsx=20, marker={"color": "#d62828"}))  # fmt: skip
-    return _layout(fig, "|r − r*| per measured window", xaxis_title="|r − r*|",
+    return layout(fig, "|r − r*| per measured window", xaxis_title="|r − r*|",
                    yaxis_title="windows", barmode="overlay", hovermode="closest")  # fmt: skip
 
 
-def controller_body(run: RunData, fig_div, table, fmts: dict[str, Any]) -> str:
+def controller_body(run: RunData, page: Page) -> str:
     """The Controller section (left out of the report when analyze ran no controller)."""
     s = controller_summary(run) or {}
-    t, num, pct, fix = fmts["text"], fmts["num"], fmts["pct"], fmts["fixed"]
+    t, num, pct, fix = f_text, f_num(), f_pct, f_fixed
     lat = s.get("decision_latency_us") or {}
     rows = [
         {"k": "P99 (ms) / SLO attainment",
@@ -131,6 +147,6 @@ def controller_body(run: RunData, fig_div, table, fmts: dict[str, Any]) -> str:
         f"given over windows whose band is narrower than {NARROW_BAND:g}. The layer ablation "
         "is measured by <code>benchmarks/bench_controller.py</code>.</p>"
         + table(rows, [("k", "figure", t), ("v", "value", t)])
-        + fig_div(timeline(run))
-        + fig_div(distance(run))
+        + page.figure(timeline(run))
+        + page.figure(distance(run))
     )

@@ -16,21 +16,27 @@ import polars as pl
 
 from helm_plan.plan.verdict import Facts, verdicts
 from helm_plan.report.controller import controller_summary
+from helm_plan.report.page import flat_tol
 from helm_plan.report.store import RunData
+from helm_plan.report.tables import (
+    ADAPTIVITY,
+    CAPACITY,
+    CAPACITY_FRONTIER,
+    CAPACITY_GPUS,
+    CAPACITY_HEADROOM,
+    CAPACITY_SAVINGS,
+    LABELS,
+    MAX_QPS,
+    POLICIES,
+    ROUTING,
+    STATS,
+    TIMINGS,
+    VERSIONS,
+)
 
 SUMMARY_SCHEMA = "helm-plan/summary"
 SUMMARY_SCHEMA_VERSION = "1.0"
 
-FLAT_TOLERANCE = 0.02
-"""The flatness tolerance of runs whose store predates ``meta['flat_tol']`` (the oracle's default)."""
-
-
-def flat_tol(run: RunData) -> float:
-    """The relative P99 tolerance the run's oracle used for its flat bands."""
-    return float(run.meta.get("flat_tol", FLAT_TOLERANCE))
-
-
-"""Relative P99 tolerance that defines the near-optimal (flat) band and 'hardly matters'."""
 
 BASELINE = "best-static"
 ADAPTIVE = "adaptive"
@@ -44,7 +50,7 @@ def _num(v: Any) -> float | None:
 
 
 def _policy_rows(run: RunData) -> list[dict[str, Any]]:
-    df = run.table("policies")
+    df = run.table(POLICIES)
     if df.is_empty():
         return []
     return [
@@ -60,7 +66,7 @@ def _policy_rows(run: RunData) -> list[dict[str, Any]]:
 
 def stats_dict(run: RunData) -> dict[str, Any]:
     """Trace statistics as a flat dict (numbers as numbers, the rest as text)."""
-    df = run.table("stats")
+    df = run.table(STATS)
     out: dict[str, Any] = {}
     for r in df.iter_rows(named=True):
         v = r["value"]
@@ -75,8 +81,8 @@ def headline(run: RunData) -> dict[str, Any]:
     """The comparison figures: best static, oracle, policies and value of adaptivity."""
     pols = {p["name"]: p for p in _policy_rows(run)}
     bs = pols.get(BASELINE, {})
-    lab = run.table("labels")
-    ad = run.table("adaptivity")
+    lab = run.table(LABELS)
+    ad = run.table(ADAPTIVITY)
     adr = ad.filter(pl.col("policy") == ADAPTIVE) if not ad.is_empty() else ad
     voa: dict[str, Any] = {
         "policy": ADAPTIVE,
@@ -119,7 +125,7 @@ def headline(run: RunData) -> dict[str, Any]:
 
 def sensitivity_summary(run: RunData) -> dict[str, Any]:
     """Flatness and the 'does the split matter' call, from the labels and policy rows."""
-    lab = run.table("labels")
+    lab = run.table(LABELS)
     pols = {p["name"]: p for p in _policy_rows(run)}
     width = _num(lab["flat_width"].median()) if not lab.is_empty() else None
     ref = pols.get(BASELINE, {}).get("p99_ms")
@@ -169,7 +175,7 @@ def facts(run: RunData) -> Facts:
     ad = h["value_of_adaptivity"]
     naive, adaptive = pols.get("naive-adaptive") or {}, pols.get(ADAPTIVE) or {}
     fp, pool = m.get("footprint_bytes"), m.get("pool_bytes")
-    gpus = run.table("capacity_gpus")
+    gpus = run.table(CAPACITY_GPUS)
     planned_fits = (not gpus.is_empty() and op.get("nodes") == 1
                     and bool(gpus.filter(pl.col("gpu") == m.get("gpu"))["fits"].any()))  # fmt: skip
     return Facts(
@@ -181,7 +187,7 @@ def facts(run: RunData) -> Facts:
         node_p99_ms=(node or {}).get("p99_ms"), node_attainment=(node or {}).get("slo_attainment"),
         fits=bool(fp is not None and pool is not None and fp <= pool),
         scope="the analysed node's traffic" if op else "the trace", fits_said=planned_fits,
-        spread=spread, extremes=extremes, ratio=bs["ratio"], robust_ratio=bs["robust_ratio"], band=band,
+        spread=spread, extremes=extremes, ratio=bs["ratio"], fleet_ratio=op.get("ratio"), robust_ratio=bs["robust_ratio"], band=band,
         adapt=(ad["p99_reduction"], ad["ci_low"], ad["ci_high"], ad["confidence"])
         if ad["p99_reduction"] is not None else None,
         refill=(naive.get("p99_ms"), adaptive.get("p99_ms"))
@@ -198,29 +204,61 @@ def verdict(run: RunData) -> list[str]:
 
 def capacity_summary(run: RunData) -> dict[str, Any] | None:
     """summary.json's ``capacity`` object (None when planning was skipped)."""
-    cap = run.table("capacity")
+    cap = run.table(CAPACITY)
     if cap.is_empty():
         return None
     m = run.meta
     return {
         "answer": list(m.get("capacity_answer", [])),
         "scaling": m.get("capacity_scaling"),
+        "gpus": planner_rows(run),
         "operating_nodes": m.get("operating_nodes"),
         "operating": m.get("operating"),
         "rows": cap.to_dicts(),
-        "savings": run.table("capacity_savings").to_dicts(),
-        "max_qps": run.table("max_qps").to_dicts(),
-        "frontier": run.table("capacity_frontier").to_dicts(),
-        "headroom": run.table("capacity_headroom").to_dicts(),
-        "routing": run.table("routing").to_dicts(),
+        "savings": run.table(CAPACITY_SAVINGS).to_dicts(),
+        "max_qps": run.table(MAX_QPS).to_dicts(),
+        "frontier": run.table(CAPACITY_FRONTIER).to_dicts(),
+        "headroom": run.table(CAPACITY_HEADROOM).to_dicts(),
+        "routing": run.table(ROUTING).to_dicts(),
     }
+
+
+def planner_rows(run: RunData) -> list[dict[str, Any]]:
+    """The planner's first questions, one row per GPU kind: its cheapest fleet (nodes, policy,
+    router), USD per day and per million requests at the planned mean load, one node's maximum
+    sustainable QPS at the SLO (best static, the load curve), and the headroom (traffic growth
+    before that fleet needs one more node). ``cheapest`` marks the row the plan recommends."""
+    cap, mq, room = run.table(CAPACITY), run.table(MAX_QPS), run.table(CAPACITY_HEADROOM)
+    if cap.is_empty():
+        return []
+    out = []
+    for (gpu,) in cap.select("gpu").unique(maintain_order=True).iter_rows():
+        ok = cap.filter((pl.col("gpu") == gpu) & pl.col("nodes").is_not_null())
+        row: dict[str, Any] = {"gpu": gpu, "nodes": None, "policy": None, "router": None,
+                               "usd_per_day": None, "usd_per_million_requests": None}  # fmt: skip
+        if ok.height:
+            best = ok.sort(["nodes", "p99_ms"]).row(0, named=True)
+            row |= {k: best[k] for k in ("nodes", "policy", "router", "p99_ms", "usd_per_day",
+                                         "usd_per_million_requests")}  # fmt: skip
+        q = mq.filter((pl.col("gpu") == gpu) & (pl.col("policy") == BASELINE)) if mq.height else mq
+        row["max_qps_per_gpu"] = _num(q["max_qps"][0]) if q.height else None
+        row["max_qps_lower_bound"] = bool(q["lower_bound"][0]) if q.height else None
+        h = room.filter(pl.col("gpu") == gpu) if room.height else room
+        row["headroom"] = _num(h["growth_lo"][0]) if h.height else None
+        row["headroom_fails_at"] = _num(h["growth_hi"][0]) if h.height else None
+        out.append(row)
+    priced = [r for r in out if r["usd_per_day"] is not None]
+    cheapest = min(priced, key=lambda r: (r["usd_per_day"], r["nodes"]), default=None)
+    for r in out:
+        r["cheapest"] = r is cheapest
+    return out
 
 
 def build_summary(run: RunData) -> dict[str, Any]:
     """The summary.json object (key order is part of the schema)."""
     m = run.meta
-    timings = run.table("timings")
-    versions = run.table("versions")
+    timings = run.table(TIMINGS)
+    versions = run.table(VERSIONS)
     out: dict[str, Any] = {
         "schema": SUMMARY_SCHEMA,
         "schema_version": SUMMARY_SCHEMA_VERSION,

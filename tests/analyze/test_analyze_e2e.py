@@ -15,6 +15,7 @@ from helm_plan import trace
 from helm_plan.analyze import build_config, run_analyze
 from helm_plan.oracle import OracleConfig, best_static, label_windows, read_labels
 from helm_plan.policies import PolicyEnv, parse_policy
+from helm_plan.report import tables as report_tables
 from helm_plan.sim import NodeConfig, fill_forward, load_context, simulate_node
 
 PLAN = {
@@ -125,6 +126,7 @@ def test_outputs_and_store_tables(run):
             "capacity_savings", "load_curve", "max_qps", "routing", "capacity_frontier",
             "capacity_headroom"}  # fmt: skip
     assert want <= tables and not any(t.startswith("_") for t in tables)
+    assert tables - {"run_meta"} <= set(report_tables.ALL)  # every stored table has its name
     assert n_pw == 7 * len(read_labels(res.labels_path).r_star)
 
 

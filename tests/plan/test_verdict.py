@@ -113,6 +113,12 @@ RECOMMEND = [
      "Deploy r = 0.30, the middle of the flat band (band [0.02, 0.58]): every r in it is within "
      "2% of the best P99; the argmin r = 0.02 sits near its edge."),
     (f(nodes=None, max_nodes=8, ratio=0.4, robust_ratio=0.5), None),
+    (f(nodes=2, max_nodes=8, ratio=0.56, robust_ratio=0.7, fleet_ratio=0.5, band=(0.5, 0.9)),
+     "Deploy r = 0.70, the middle of the flat band (band [0.50, 0.90]): every r in it is within "
+     "2% of the best P99; the argmin r = 0.56 sits near its edge. The fleet was sized with r = "
+     "0.50, the first split found to meet the SLO; the node's P99 is lowest across the band."),
+    (f(nodes=2, max_nodes=8, ratio=0.7, robust_ratio=0.7, fleet_ratio=0.7),
+     "Deploy r = 0.70 (EMB share of the pool)."),
 ]  # fmt: skip
 
 # ---- rule 6: adaptivity ---------------------------------------------------------------------

@@ -93,3 +93,23 @@ def test_verdict_flags_an_overloaded_node():
     ok = run.tables["policies"].with_columns(pl.lit(0.999).alias("slo_attainment"))
     fine = dataclasses.replace(run, tables={**run.tables, "policies": ok})
     assert not any("overloaded" in v for v in verdict(fine))
+
+
+def test_table_names_live_in_one_module():
+    """The analyze stages and the report name every run-store table by its constant."""
+    from pathlib import Path
+
+    import helm_plan
+    from helm_plan.report import tables
+
+    root = Path(helm_plan.__file__).parent
+    literal = re.compile(r"""\.table\(\s*["']|tables\[\s*["']""")
+    for pkg in ("report", "analyze"):
+        for f in sorted((root / pkg).rglob("*.py")):
+            assert not literal.search(f.read_text("utf-8")), f"{f.name} names a table by a literal"
+    assert len(set(tables.ALL)) == len(tables.ALL)
+    declared = {v for k, v in vars(tables).items() if k.isupper() and k != "ALL"}
+    assert declared == set(tables.ALL)
+    from fake_run import make_fleet_run
+
+    assert set(make_fleet_run().tables) <= set(tables.ALL)
