@@ -2,8 +2,8 @@
 same load made of *other real users* needs?
 
 The held-out check: two disjoint sets of real users from the Amazon Video Games log
-(``../shared/datasets``), ``U`` of them and ``K·U`` others, both re-timed to the Azure LLM
-arrival trace (bursty: peak 67 req/s against a mean of 2.6) at ``Q`` and ``K·Q`` req/s
+(``../shared/datasets``), ``U`` of them and as many others as make ``K`` times their
+requests, both re-timed to the Azure LLM arrival trace (bursty: peak 67 req/s against a mean of 2.6) at ``Q`` and ``K·Q`` req/s
 (``helm-plan ingest amazon --arrivals``). Ours: ``plan`` on the small trace with
 ``--scale K`` under each traffic model (``users``: bursts kept; ``users-shifted``: the old
 decorrelated clones; ``time``). The peer: the minimal fleet of the big trace itself, found by
@@ -36,20 +36,26 @@ DATA = Path(os.environ.get("HELM_PLAN_DATASETS", Path(__file__).resolve().parent
                            / "datasets"))  # fmt: skip
 
 
-def _subsets(users: int, k: float, out: Path) -> tuple[Path, Path]:
-    """Two disjoint user sets of the Amazon log, in its own format: the first ``users`` users
-    and the next ``round(k * users)``."""
+def _subsets(users: int, k: float, out: Path) -> tuple[Path, Path, int]:
+    """Two disjoint user sets of the Amazon log, in its own format: the first ``users`` users,
+    and the next users up to ``k`` times their interactions (so, re-timed at ``k`` times the
+    rate, the big trace spans the same part of the arrival trace: the same shape, ``k`` times
+    the load). Returns the big set's user count too."""
     lines: dict[str, list[str]] = {}
     for line in (DATA / "amazon-video-games.seq.txt").read_text().splitlines():
         lines.setdefault(line.split()[0], []).append(line)
     ids = list(lines)
-    big_n = round(k * users)
-    if users + big_n > len(ids):
-        raise SystemExit(f"the log has {len(ids)} users, fewer than {users + big_n}")
+    want = k * sum(len(lines[u]) for u in ids[:users])
+    got, end = 0, users
+    while got < want and end < len(ids):
+        got += len(lines[ids[end]])
+        end += 1
+    if got < want:
+        raise SystemExit(f"the log has too few users for {k} times the first {users}'s load")
     small, big = out / "small.txt", out / "big.txt"
     small.write_text("\n".join(x for u in ids[:users] for x in lines[u]) + "\n")
-    big.write_text("\n".join(x for u in ids[users : users + big_n] for x in lines[u]) + "\n")
-    return small, big
+    big.write_text("\n".join(x for u in ids[users:end] for x in lines[u]) + "\n")
+    return small, big, end - users
 
 
 def main() -> None:

@@ -57,6 +57,9 @@ ROUTING_COLUMNS = ("router", "policy", "nodes", "ratio", "p50_ms", "p99_ms", "sl
                    "throughput_rps", "emb_hit_rate", "kv_reuse_rate", "imbalance_max_mean",
                    "imbalance_cv", "ratio_spread")  # fmt: skip
 """Columns of the ``routing`` table (one row per router)."""
+OPERATING_ROWS = "_operating_rows"
+"""The capacity stage's own table (the analysed node's request indices; never in the run store:
+names starting with an underscore stay in the stage cache)."""
 
 
 @dataclass(frozen=True)
@@ -239,7 +242,7 @@ def capacity_tables(c: Capacity) -> dict[str, pl.DataFrame]:
         CAPACITY: r.capacity, CAPACITY_SAVINGS: r.savings, CAPACITY_GPUS: r.gpus,
         CAPACITY_EVALUATED: r.evaluated, LOAD_CURVE: r.load_curve, MAX_QPS: r.max_qps,
         CAPACITY_FRONTIER: r.frontier, CAPACITY_HEADROOM: r.headroom, ROUTING: c.routing,
-        "_operating_rows": pl.DataFrame({"row": c.rows.astype(np.int64)}),
+        OPERATING_ROWS: pl.DataFrame({"row": c.rows.astype(np.int64)}),
     }  # fmt: skip
     if c.routing_windows.height:
         out[ROUTING_WINDOWS] = c.routing_windows

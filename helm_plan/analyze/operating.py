@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from helm_plan.analyze.capacity import (
+    OPERATING_ROWS,
     Capacity,
     CapacityInputs,
     capacity,
@@ -79,7 +80,7 @@ def operating_context(
     planned = prepare_context(t, ctx.gpu, ctx.model, ctx.latency,
                               pool=Pool(ctx.pool_bytes, ctx.pool_source),
                               latency_profile=ctx.latency_profile)  # fmt: skip
-    rows = cap.tables["_operating_rows"]["row"].to_numpy()
+    rows = cap.tables[OPERATING_ROWS]["row"].to_numpy()
     if len(rows) == planned.arrays.n_requests:
         return planned  # one node serves everything: the planned trace itself
     return routed_node(planned, np.sort(rows), spill_dir)

@@ -26,7 +26,8 @@ The rules (``tol`` is the flatness tolerance, 2% by default):
 4. **Fleet size by split.** When the plan sized both extremes and best
    static: the split changes the fleet size, or it does not.
 5. **Recommendation.** The robust r (the middle of the flat band) beside the
-   argmin when they differ, with the band.
+   argmin when they differ, with the band; then how far the per-window
+   optimum moves and how wide the median window's band is.
 6. **Adaptivity** (a bootstrap CI): gain (low end above 0), loss (high end
    below 0), or no reliable difference.
 7. **Refill mode** (eager against throttled P99 with the oracle schedule):
@@ -86,6 +87,10 @@ class Facts:
     """The flat band: every r within flat_tol of the best P99."""
     fleet_ratio: float | None = None
     """The r the plan sized the fleet with (the first r found to meet the SLO)."""
+    r_star: tuple[float, float] | None = None
+    """The per-window optimum r*: (lowest, highest) over the windows."""
+    median_band: float | None = None
+    """The median window's flat band width."""
     adapt: tuple[float, float, float, float] | None = None
     """Adaptivity: (P99 reduction, CI low, CI high, confidence)."""
     refill: tuple[float, float] | None = None
@@ -198,6 +203,16 @@ def recommend_sentence(f: Facts) -> str | None:
             f"near its edge.{sized}")  # fmt: skip
 
 
+def movement_sentence(f: Facts) -> str | None:
+    """Rule 5b: how far the per-window optimum moves, and how wide its band is."""
+    if f.r_star is None or not all(_ok(x) for x in f.r_star):
+        return None
+    lo, hi = f.r_star
+    band = (f"; in the median window any r within a band {f.median_band:.2f} wide is within "
+            f"{f.flat_tol:.0%} of the best P99" if _ok(f.median_band) else "")  # fmt: skip
+    return f"The per-window optimum r* ranges over [{lo:.2f}, {hi:.2f}] (moves by {hi - lo:.2f}){band}."
+
+
 def adapt_sentence(f: Facts) -> str | None:
     """Rule 6."""
     if f.adapt is None or not _ok(f.adapt[0]):
@@ -232,7 +247,7 @@ def refill_sentence(f: Facts) -> str | None:
 
 
 RULES = (fleet_sentence, node_sentence, split_sentence, fleet_split_sentence,
-         recommend_sentence, adapt_sentence, refill_sentence)  # fmt: skip
+         recommend_sentence, movement_sentence, adapt_sentence, refill_sentence)  # fmt: skip
 """The rules, in the order their sentences appear."""
 
 

@@ -187,7 +187,10 @@ def facts(run: RunData) -> Facts:
         node_p99_ms=(node or {}).get("p99_ms"), node_attainment=(node or {}).get("slo_attainment"),
         fits=bool(fp is not None and pool is not None and fp <= pool),
         scope="the analysed node's traffic" if op else "the trace", fits_said=planned_fits,
-        spread=spread, extremes=extremes, ratio=bs["ratio"], fleet_ratio=op.get("ratio"), robust_ratio=bs["robust_ratio"], band=band,
+        spread=spread, extremes=extremes, ratio=bs["ratio"], fleet_ratio=op.get("ratio"),
+        r_star=(h["oracle"]["ratio_min"], h["oracle"]["ratio_max"])
+        if h["oracle"]["ratio_min"] is not None else None,
+        median_band=sensitivity_summary(run)["median_flat_width"], robust_ratio=bs["robust_ratio"], band=band,
         adapt=(ad["p99_reduction"], ad["ci_low"], ad["ci_high"], ad["confidence"])
         if ad["p99_reduction"] is not None else None,
         refill=(naive.get("p99_ms"), adaptive.get("p99_ms"))

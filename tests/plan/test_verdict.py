@@ -13,6 +13,7 @@ from helm_plan.plan.verdict import (
     adapt_sentence,
     fleet_sentence,
     fleet_split_sentence,
+    movement_sentence,
     node_sentence,
     recommend_sentence,
     refill_sentence,
@@ -121,6 +122,14 @@ RECOMMEND = [
      "Deploy r = 0.70 (EMB share of the pool)."),
 ]  # fmt: skip
 
+MOVEMENT = [
+    (f(r_star=(0.2, 1.0), median_band=0.45),
+     "The per-window optimum r* ranges over [0.20, 1.00] (moves by 0.80); in the median window "
+     "any r within a band 0.45 wide is within 2% of the best P99."),
+    (f(r_star=(0.3, 0.3)), "The per-window optimum r* ranges over [0.30, 0.30] (moves by 0.00)."),
+    (f(r_star=None), None),
+]  # fmt: skip
+
 # ---- rule 6: adaptivity ---------------------------------------------------------------------
 ADAPT = [
     (f(adapt=(0.12, 0.05, 0.2, 0.95)),
@@ -155,7 +164,8 @@ REFILL = [
 
 CASES = [(fleet_sentence, *c) for c in FLEET] + [(node_sentence, *c) for c in NODE] + [
     (split_sentence, *c) for c in SPLIT] + [(fleet_split_sentence, *c) for c in FLEET_SPLIT] + [
-    (recommend_sentence, *c) for c in RECOMMEND] + [(adapt_sentence, *c) for c in ADAPT] + [
+    (recommend_sentence, *c) for c in RECOMMEND] + [(movement_sentence, *c) for c in MOVEMENT] + [
+    (adapt_sentence, *c) for c in ADAPT] + [
     (refill_sentence, *c) for c in REFILL]  # fmt: skip
 
 

@@ -284,8 +284,10 @@ def make_fleet_run(seed: int = 0, *, spread: bool = True) -> RunData:
             nodes = None if (pol, router) == ("emb-max", "jsq") else 4 - (i + j) % 2
             cap_rows.append(
                 {
+                    "gpu": "h100-80g",
                     "policy": pol,
                     "router": router,
+                    "baseline": (pol, router) == ("best-static", "jsq"),
                     "nodes": nodes,
                     "p99_ms": 80.0 + 3 * i + j if nodes else None,
                     "p99_ms_one_less": 140.0 + i + j,
@@ -298,6 +300,7 @@ def make_fleet_run(seed: int = 0, *, spread: bool = True) -> RunData:
     t["capacity"] = pl.DataFrame(cap_rows, infer_schema_length=None)
     t["capacity_savings"] = pl.DataFrame(
         {
+            "gpu": ["h100-80g"] * 2,
             "kind": ["policy", "router"],
             "scope": ["jsq", "best-static"],
             "a": ["controller", "helm"],
@@ -311,6 +314,7 @@ def make_fleet_run(seed: int = 0, *, spread: bool = True) -> RunData:
     qps = [50.0, 100.0, 150.0, 200.0]
     t["load_curve"] = pl.DataFrame(
         {
+            "gpu": ["h100-80g"] * 8,
             "policy": [p for p in ("best-static", "controller") for _ in qps],
             "qps": qps * 2,
             "p99_ms": [20.0, 40.0, 90.0, 300.0, 18.0, 35.0, 85.0, 250.0],
@@ -318,8 +322,24 @@ def make_fleet_run(seed: int = 0, *, spread: bool = True) -> RunData:
         }
     )
     t["max_qps"] = pl.DataFrame(
-        {"policy": ["best-static", "controller"], "max_qps": [160.0, 170.0]}
-    )
+        {"gpu": ["h100-80g"] * 2, "policy": ["best-static", "controller"],
+         "max_qps": [160.0, 170.0], "lower_bound": [False, False]}
+    )  # fmt: skip
+    t["capacity_gpus"] = pl.DataFrame({"gpu": ["h100-80g"], "usd_per_hour": [4.0],
+                                       "pool_bytes": [2**31], "footprint_bytes": [2**33],
+                                       "fits": [False]})  # fmt: skip
+    t["capacity_frontier"] = pl.DataFrame(
+        {"gpu": ["h100-80g"] * 4, "policy": ["controller"] * 4, "router": ["affinity"] * 4,
+         "nodes": [2, 3, 4, 5], "step": [-1, 0, 1, 2], "passes": [False, True, True, True],
+         "p99_ms": [140.0, 86.0, 60.0, 52.0], "slo_attainment": [0.97, 0.994, 0.998, 0.999],
+         "usd_per_day": [192.0, 288.0, 384.0, 480.0],
+         "usd_per_million_requests": [1.0, 1.5, 2.0, 2.5]}
+    )  # fmt: skip
+    t["capacity_headroom"] = pl.DataFrame(
+        {"gpu": ["h100-80g"], "policy": ["controller"], "router": ["affinity"], "nodes": [3],
+         "growth_lo": [0.25], "growth_hi": [0.3125], "peak_qps_lo": [312.5], "capped": [False],
+         "simulations": [5]}
+    )  # fmt: skip
     t["routing"] = pl.DataFrame(
         [
             {
@@ -364,7 +384,37 @@ def make_fleet_run(seed: int = 0, *, spread: bool = True) -> RunData:
             "The controller saves 1 node against best static behind jsq (95% CI +0 to +1).",
         ],
         "operating_nodes": 4,
-        "per_node_factor": 2.5,
+        "operating": {
+            "gpu": "h100-80g",
+            "nodes": 4,
+            "meets": True,
+            "router": "jsq",
+            "ratio": 0.5,
+            "node": 2,
+            "requests": 800,
+            "share": 0.27,
+            "mean_qps": 68.0,
+            "peak_qps": 95.0,
+            "p99_ms": 84.0,
+            "slo_attainment": 0.993,
+            "fleet_p99_ms": 80.0,
+            "fleet_slo_attainment": 0.995,
+        },
+        "capacity_scaling": {
+            "method": "users",
+            "factor": 2.5,
+            "qps_before": 100.0,
+            "qps_after": 250.0,
+            "peak_qps_before": 100.0,
+            "peak_qps_after": 250.0,
+            "users_before": 10,
+            "users_after": 25,
+            "items": 100,
+            "peak_qps_target": 250.0,
+            "jitter_s": 1.0,
+            "assumption": "the trace's users cloned K times on the trace's own timeline",
+        },
+        "capacity_max_nodes": 64,
         "controller_decision_latency_us": {"median": 12.5, "p99": 40.25},
         "flat_tol": 0.05,
     }

@@ -58,7 +58,9 @@ def test_charts_take_their_colours_and_symbols_from_the_registry():
     keys = [t for t in fig.data if t.x[0] is None]  # the routers' legend entries
     assert [t.marker.symbol for t in keys] == [colours.router_symbol(r) for r in
                                                 cap["router"].unique(maintain_order=True)]  # fmt: skip
-    for t in load_curves(run).data:
+    curves = load_curves(run).data
+    assert curves[-1].name == "analysed node" and curves[-1].marker.symbol == "star"
+    for t in curves[:-1]:
         assert t.line.color == colours.policy_colour(t.name) and "QPS" in t.hovertemplate
     for t in policy_p99(run).data:
         assert t.line.color == colours.policy_colour(t.name)
