@@ -1,5 +1,5 @@
 """The plan's answer (``plan/result.py``) from hand-made searches, against hand-worked tables,
-a brute-force bootstrap and hand-written sentences (issue 16, item 4).
+a brute-force bootstrap and hand-written sentences.
 
 Every figure here is worked out by hand or recomputed by plain Python loops over the per-window
 counts: a replicate's minimal size is the smallest evaluated size from which every evaluated

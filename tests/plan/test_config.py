@@ -1,5 +1,5 @@
 """The plan config's checks (``plan/config.py``): each bad field is named with its value, each
-boundary value is accepted, and the cross-field rules hold (issue 16, item 4)."""
+boundary value is accepted, and the cross-field rules hold."""
 
 from __future__ import annotations
 
