@@ -12,7 +12,7 @@ from helm_plan.errors import ConfigError
 from helm_plan.exec import ExecutorConfig
 from helm_plan.oracle import OracleConfig
 from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL
-from helm_plan.sim import DEFAULT_SLO_MS, DEFAULT_WINDOW_S, NodeConfig
+from helm_plan.sim import DEFAULT_WINDOW_S, NodeConfig
 from helm_plan.synth import SynthConfig
 
 DEMO_SYNTH = SynthConfig(
@@ -40,8 +40,9 @@ class AnalyzeConfig:
     """Model profile name or TOML path."""
     latency: str | None = None
     """Latency profile name or TOML path (None = the shipped GPU_MODEL profile or a roofline)."""
-    slo_ms: float = DEFAULT_SLO_MS
-    """P99 latency SLO, milliseconds."""
+    slo_ms: float | None = None
+    """P99 latency SLO, milliseconds (None: the model profile's ``default_slo_ms``, resolved
+    by ``run_analyze`` once the model is loaded)."""
     window_s: float = DEFAULT_WINDOW_S
     """Window length, seconds (curves, oracle and policies)."""
     pool_bytes: int | None = None
@@ -88,7 +89,8 @@ class AnalyzeConfig:
     """Curve settings (plan section ``[curves]``; window_s comes from here)."""
 
     def __post_init__(self) -> None:
-        require_positive("slo_ms", self.slo_ms)
+        if self.slo_ms is not None:
+            require_positive("slo_ms", self.slo_ms)
         require_positive("window_s", self.window_s)
         require_range("confidence", self.confidence, 0.5, 0.999)
         if self.n_boot < 10:

@@ -55,6 +55,7 @@ from helm_plan.analyze.stages import (
 from helm_plan.exec import Progress
 from helm_plan.oracle import read_labels, write_labels
 from helm_plan.oracle.static import BackgroundStatic
+from helm_plan.profiles import resolve_slo_ms
 from helm_plan.report import html as report_html
 from helm_plan.report.store import RunData, write_store
 from helm_plan.report.summary import build_summary
@@ -155,6 +156,9 @@ def _run_analyze(
     )  # fmt: skip
     sha = trace.sha256(tpath)
     gpu, model, lat_prof = ctx.gpu, ctx.model, ctx.latency_profile
+    slo_source = ("given (--slo-ms or [analyze] slo_ms)" if cfg.slo_ms is not None else
+                  f"model {model.name} default_slo_ms: {model.slo_source}")  # fmt: skip
+    cfg = dataclasses.replace(cfg, slo_ms=resolve_slo_ms(model, cfg.slo_ms))  # the one SLO rule
     n_requests = int(ctx.arrays.n_requests)
     assert lat_prof is not None  # load_context always resolves one
     base = {"v": STAGE_VERSION, "trace": sha, "gpu": asdict(gpu), "model": asdict(model),
@@ -259,7 +263,7 @@ def _run_analyze(
         with pf("report") as tick:
             tick(0, 4)
             run = _run_data(tpath, sha, cfg, op_ctx, lat_prof, labels, outputs, runs, command)
-            run.meta.update(shortcut, trace_requests=n_requests)
+            run.meta.update(shortcut, trace_requests=n_requests, slo_source=slo_source)
             store_path = write_store(out / "helm.duckdb", run)
             tick(1, 4)
             labels_path = write_labels(labels, out / "labels.parquet")
@@ -267,6 +271,7 @@ def _run_analyze(
             tick(3, 4)
             runs.append(StageRun("report", "", False, time.perf_counter() - t_rep))
             summary = build_summary(run)
+            summary["setup"]["slo_source"] = slo_source
             summary["timings_s"] = {r.name: round(r.seconds, 3) for r in runs}
             summary_path = io.write_json(out / "summary.json", summary)
             tick(4, 4)

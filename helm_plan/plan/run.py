@@ -38,9 +38,7 @@ from helm_plan.plan.result import Combo, PlanResult, build_result
 from helm_plan.plan.scale import factor_for_ts
 from helm_plan.plan.search import Point, first_guess, minimal_nodes
 from helm_plan.policies import parse_policy
-from helm_plan.profiles import (
-    load_model,
-)
+from helm_plan.profiles import load_model, resolve_slo_ms
 from helm_plan.sim import NodeConfig
 from helm_plan.sim.context import NodeContext, prepare_context
 
@@ -96,8 +94,7 @@ def plan(
     ``setups`` replaces the GPUs named in ``cfg`` (tests pass hand-made latency models).
     """
     model = load_model(cfg.model)
-    slo = cfg.slo_ms if cfg.slo_ms is not None else model.default_slo_ms
-    ncfg = dataclasses.replace(cfg.node, slo_ms=slo)
+    ncfg = dataclasses.replace(cfg.node, slo_ms=resolve_slo_ms(model, cfg.slo_ms))
     policies = tuple(dict.fromkeys(cfg.policies or default_policies()))
     for p in policies:
         parse_policy(p)  # a precise error before any work
