@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,24 +40,33 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def ensure_not_input(
-    out: str | os.PathLike[str] | None, *inputs: str | os.PathLike[str] | None
-) -> None:
-    """Raise InputFileError if output ``out`` is one of ``inputs`` (symlinks and hard links too).
+PathArg = str | os.PathLike[str]
 
-    Every command calls this before it computes anything, so a run never
-    writes over the file it reads (and fails at once, not after the work).
-    Inputs that do not exist (e.g. a profile given by name) are skipped.
+
+def check_outputs(outputs: Mapping[str, PathArg | None], inputs: Iterable[PathArg | None]) -> None:
+    """Refuse outputs that would lose data or fail late, before any work is done.
+
+    ``outputs`` maps each output's name (its option, e.g. ``-o``) to its path (None: not
+    asked for). Raises InputFileError when an output is one of ``inputs`` (resolved paths,
+    symlinks and hard links included), cannot be written (a folder, a path under a file, no
+    permission), or is the same file as another output. Inputs that do not exist (e.g. a
+    profile given by name) are skipped.
     """
-    if out is None:
-        return
-    o = Path(out)
-    for i in inputs:
-        if i is not None and Path(i).exists() and _same_file(o, Path(i)):
-            raise InputFileError(
-                f"output {o} is the input file {i}",
-                hint="write the output to a different path; helm-plan never overwrites its inputs",
-            )
+    ins = [Path(i) for i in inputs if i is not None]
+    given = [(name, Path(o)) for name, o in outputs.items() if o is not None]
+    for name, o in given:
+        for i in ins:
+            if i.exists() and _same_file(o, i):
+                raise InputFileError(
+                    f"{name} {o} is the input file {i}",
+                    hint="write the output to a different path; helm-plan never overwrites its inputs",
+                )
+        ensure_writable(o)
+    for k, (name, o) in enumerate(given):
+        for other, p in given[:k]:
+            if _same_file(o, p):
+                raise InputFileError(f"{other} and {name} are the same file {o}",
+                                     hint="give each output its own path")  # fmt: skip
 
 
 def ensure_writable(out: str | os.PathLike[str] | None) -> None:
@@ -80,30 +89,6 @@ def ensure_writable(out: str | os.PathLike[str] | None) -> None:
         )
     if not os.access(parent, os.W_OK | os.X_OK):
         raise _write_error(dest, PermissionError(13, "Permission denied"))
-
-
-def check_output(
-    out: str | os.PathLike[str] | None, *inputs: str | os.PathLike[str] | None
-) -> None:
-    """:func:`ensure_not_input` and :func:`ensure_writable`: what every writer checks first."""
-    ensure_not_input(out, *inputs)
-    ensure_writable(out)
-
-
-def ensure_distinct_outputs(*outs: str | os.PathLike[str] | None) -> None:
-    """Raise InputFileError if two outputs of one command are the same file."""
-    seen: list[Path] = []
-    for out in outs:
-        if out is None:
-            continue
-        o = Path(out)
-        for s in seen:
-            if _same_file(o, s):
-                raise InputFileError(
-                    f"two outputs of this command are the same file {o}",
-                    hint="give each output its own path",
-                )
-        seen.append(o)
 
 
 def _write_error(dest: Path, e: OSError) -> InputFileError:

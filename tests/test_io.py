@@ -25,24 +25,24 @@ def test_output_equal_to_an_input_is_refused_through_links(tmp_path: Path):
         (hard, src),
         (tmp_path / "." / src.name, src),
     ]:
-        with pytest.raises(InputFileError, match="is the input file") as ei:
-            io.ensure_not_input(out, inp)
+        with pytest.raises(InputFileError, match="-o .* is the input file") as ei:
+            io.check_outputs({"-o": out}, [inp])
         assert "never overwrites its inputs" in ei.value.hint
-    io.ensure_not_input(tmp_path / "other.parquet", src, None, "a100-80g")  # distinct: fine
-    io.ensure_not_input(None, src)
+    io.check_outputs({"-o": tmp_path / "other.parquet"}, [src, None, "a100-80g"])  # distinct
+    io.check_outputs({"-o": None}, [src])
     assert src.read_bytes() == b"data"
 
 
 def test_outputs_must_differ_and_be_writable(tmp_path: Path):
-    with pytest.raises(InputFileError, match="two outputs of this command are the same file"):
-        io.ensure_distinct_outputs(tmp_path / "a", tmp_path / "b", tmp_path / "./a")
+    with pytest.raises(InputFileError, match="-o and --x are the same file"):
+        io.check_outputs({"-o": tmp_path / "a", "--y": tmp_path / "b", "--x": tmp_path / "./a"}, [])
     with pytest.raises(InputFileError, match="is a folder"):
-        io.check_output(tmp_path)
+        io.check_outputs({"-o": tmp_path}, [])
     f = tmp_path / "file"
     f.write_text("x")
     with pytest.raises(InputFileError, match="is a file, not a folder"):
-        io.check_output(f / "out.parquet")
-    io.check_output(tmp_path / "new" / "deeper" / "out.parquet")  # folders are created later
+        io.check_outputs({"-o": f / "out.parquet"}, [])
+    io.check_outputs({"-o": tmp_path / "new" / "deeper" / "out.parquet"}, [])  # made later
 
 
 def test_atomic_write_to_a_folder_is_one_error_and_leaves_nothing(tmp_path: Path):
