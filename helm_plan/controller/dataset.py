@@ -102,7 +102,7 @@ def build(
     progress: Progress | None = None,
 ) -> LabelTrace:
     """Label ``ctx`` (unless ``labels`` are given) and gather its :class:`LabelTrace`."""
-    ncfg = ncfg.for_model(ctx.model)
+    ncfg = ncfg.for_context(ctx)
     lab = labels or label_windows(ctx, ncfg, ocfg, progress)
     t = lab.table
     n_w = t.height

@@ -201,7 +201,7 @@ def validate(
     ``abs_dr_narrow`` (mean |r − r*| over measured windows with a flat band < 0.1; NaN when
     there is none) with ``narrow_windows``, decision latency, and the ablation P99s.
     """
-    ncfg = ncfg.for_model(ctx.model)
+    ncfg = ncfg.for_context(ctx)
     lab = label_windows(ctx, ncfg, ocfg)
     r_star = lab.r_star
     bs = best_static(ctx, ncfg, ocfg)

@@ -28,8 +28,9 @@ def _err(**kw: object) -> str:
         ({"slo_ms": 0.0}, "slo_ms must be positive, got 0.0; pass --slo-ms > 0"),
         ({"slo_ms": math.inf}, "slo_ms must be finite, got inf; pass --slo-ms > 0, finite"),
         ({"window_s": -1.0}, "window_s must be positive, got -1.0; pass --window-s > 0"),
-        ({"slots": 0}, "slots must be a positive integer, got 0"),
-        ({"slots": 1.0}, "slots must be a positive integer, got 1.0"),
+        ({"slots": 0}, "slots must be an integer in [1, 48], got 0"),
+        ({"slots": 1.0}, "slots must be an integer in [1, 48], got 1.0"),
+        ({"slots": 49}, "slots must be an integer in [1, 48], got 49"),
         ({"batch_max": 0}, "batch_max must be a positive integer, got 0"),
         ({"batch_max": True}, "batch_max must be a positive integer, got True"),
         (
@@ -95,6 +96,11 @@ def test_boundary_values_are_accepted(kw: dict[str, object]) -> None:
 
 def test_defaults() -> None:
     cfg = NodeConfig()
-    assert (cfg.slo_ms, cfg.window_s, cfg.slots, cfg.batch_max) == (100.0, 10.0, 1, 1)
+    assert (cfg.slo_ms, cfg.window_s, cfg.slots, cfg.batch_max) == (
+        None,
+        10.0,
+        1,
+        1,
+    )  # SLO: the model's
     assert (cfg.batch_timeout_ms, cfg.batching, cfg.refill) == (0.0, "static", "throttled")
     assert (cfg.throttle_share, cfg.warmup_windows) == (0.3, 1)
