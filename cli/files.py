@@ -15,21 +15,26 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from helm_plan import io
+from helm_plan.controller.runtime import Controller
 from helm_plan.errors import ConfigError
-from helm_plan.policies import parse_policy
+from helm_plan.policies import ControllerSpec, parse_policy
 
 PathLike = str | os.PathLike[str]
 
 
 def policy_files(specs: Iterable[str | None]) -> list[Path]:
     """The files named inside policy specs (``schedule:FILE``, ``controller:FILE.npz``), each
-    spec also checked (a precise error before any work)."""
+    spec also checked, and a named controller loaded (shapes, finite weights, version, card):
+    a corrupt one is refused before any work, never run."""
     out = []
     for spec in specs:
         if spec:
-            path = getattr(parse_policy(spec), "path", None)
+            parsed = parse_policy(spec)
+            path = getattr(parsed, "path", None)
             if path is not None:
                 out.append(Path(path))
+                if isinstance(parsed, ControllerSpec):
+                    Controller.load(path)
     return out
 
 

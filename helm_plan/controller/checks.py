@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from helm_plan.errors import InputFileError
+from helm_plan.controller.features import FEATURE_VERSION
+from helm_plan.errors import ConfigError, InputFileError
 
 
 def read_npz(path: str | Path, what: str, hint: str) -> dict[str, np.ndarray]:
@@ -40,21 +41,21 @@ def read_npz(path: str | Path, what: str, hint: str) -> dict[str, np.ndarray]:
         raise InputFileError(f"cannot read {p} as a {what}: {reason}", hint=hint) from e
 
 
-def _numeric(a: np.ndarray, source: str, name: str, hint: str) -> np.ndarray:
+def _numeric(
+    a: np.ndarray, source: str, name: str, hint: str, err: type = InputFileError
+) -> np.ndarray:
     if not (np.issubdtype(a.dtype, np.number) and not np.issubdtype(a.dtype, np.complexfloating)):
-        raise InputFileError(f"{source}: {name} holds {a.dtype} values, not numbers", hint=hint)
+        raise err(f"{source}: {name} holds {a.dtype} values, not numbers", hint=hint)
     return np.asarray(a, np.float64)
 
 
-def _finite(a: np.ndarray, source: str, name: str, hint: str) -> None:
+def _finite(a: np.ndarray, source: str, name: str, hint: str, err: type = InputFileError) -> None:
     if not np.isfinite(a).all():
         bad = int((~np.isfinite(a)).sum())
-        raise InputFileError(f"{source}: {name} holds {bad} NaN or infinite values", hint=hint)
+        raise err(f"{source}: {name} holds {bad} NaN or infinite values", hint=hint)
 
 
-CONTROLLER_HINT = (
-    "retrain it with `helm-plan train TRACE... -o FILE`, or use the shipped controller"
-)
+CONTROLLER_HINT = "retrain the controller with `helm-plan train`"
 
 
 def controller_arrays(
@@ -62,41 +63,45 @@ def controller_arrays(
 ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
     """The actor's layers ``(W, b)`` and the shifts, checked: present, 2-D/1-D, chained shapes
     (``n_features`` inputs, one output per shift), numeric and finite; shifts finite, in
-    [-1, 1], distinct, with one zero (the hold action)."""
-    hint = CONTROLLER_HINT
+    [-1, 1], distinct, with one zero (the hold action). ConfigError names ``source``."""
+    hint, err = CONTROLLER_HINT, ConfigError
     n = sum(1 for k in weights if k.startswith("W") and k[1:].isdigit())
-    if n == 0:
-        raise InputFileError(f"{source} holds no actor weights (W0, b0, ...)", hint=hint)
-    Ws, bs = [], []
-    for i in range(n):
-        for k in (f"W{i}", f"b{i}"):
-            if k not in weights:
-                raise InputFileError(f"{source} has {n} weight matrices but no {k}", hint=hint)
-        W = _numeric(np.asarray(weights[f"W{i}"]), source, f"W{i}", hint)
-        b = _numeric(np.asarray(weights[f"b{i}"]), source, f"b{i}", hint)
-        want_in = n_features if i == 0 else Ws[-1].shape[0]
-        if W.ndim != 2 or W.shape[1] != want_in:
-            raise InputFileError(
-                f"{source}: W{i} has shape {W.shape}, the actor needs (units, {want_in})"
-                + (f" (feature version's {n_features} features)" if i == 0 else ""), hint=hint)  # fmt: skip
+    Ws: list[np.ndarray] = []
+    bs: list[np.ndarray] = []
+    for i in range(max(n, 1)):
+        if n == 0 or f"W{i}" not in weights or np.ndim(weights[f"W{i}"]) != 2:
+            got = 0 if n == 0 or f"W{i}" not in weights else f"a {np.ndim(weights[f'W{i}'])}-D"
+            raise err(f"{source}: the actor takes {got} features, feature version "
+                      f"{FEATURE_VERSION} has {n_features} (W{i} must be a matrix)",
+                      hint=hint)  # fmt: skip
+        if f"b{i}" not in weights:
+            raise err(f"{source}: the actor has {n} weight matrices but no b{i}", hint=hint)
+        W = _numeric(np.asarray(weights[f"W{i}"]), source, f"W{i}", hint, err)
+        b = _numeric(np.asarray(weights[f"b{i}"]), source, f"b{i}", hint, err)
+        if i == 0 and W.shape[1] != n_features:
+            raise err(f"{source}: the actor takes {W.shape[1]} features, feature version "
+                      f"{FEATURE_VERSION} has {n_features}", hint=hint)  # fmt: skip
+        if i > 0 and W.shape[1] != Ws[-1].shape[0]:
+            raise err(f"{source}: W{i} takes {W.shape[1]} inputs, W{i - 1} gives "
+                      f"{Ws[-1].shape[0]}", hint=hint)  # fmt: skip
         if b.shape != (W.shape[0],):
-            raise InputFileError(f"{source}: b{i} has shape {b.shape}, W{i} needs "
-                                 f"({W.shape[0]},)", hint=hint)  # fmt: skip
-        _finite(W, source, f"W{i}", hint)
-        _finite(b, source, f"b{i}", hint)
+            raise err(f"{source}: b{i} has shape {b.shape}, W{i} needs ({W.shape[0]},)",
+                      hint=hint)  # fmt: skip
+        _finite(W, source, f"W{i}", hint, err)
+        _finite(b, source, f"b{i}", hint, err)
         Ws.append(W)
         bs.append(b)
-    s = _numeric(np.asarray(shifts), source, "shifts", hint)
+    s = _numeric(np.asarray(shifts), source, "shifts", hint, err)
     if s.ndim != 1 or len(s) < 2:
-        raise InputFileError(f"{source}: shifts has shape {s.shape}, the actor needs a list of "
-                             "2 or more shifts of r", hint=hint)  # fmt: skip
-    _finite(s, source, "shifts", hint)
-    if np.abs(s).max() > 1.0 or len(np.unique(s)) != len(s) or not (s == 0.0).any():
-        raise InputFileError(f"{source}: shifts {s.tolist()} must be distinct shifts of r in "
-                             "[-1, 1], one of them 0 (hold)", hint=hint)  # fmt: skip
+        raise err(f"{source}: shifts has shape {s.shape}, the actor needs 2 or more shifts of r",
+                  hint=hint)  # fmt: skip
+    _finite(s, source, "shifts", hint, err)
     if Ws[-1].shape[0] != len(s):
-        raise InputFileError(f"{source}: the actor has {Ws[-1].shape[0]} actions for "
-                             f"{len(s)} shifts", hint=hint)  # fmt: skip
+        raise err(f"{source}: the actor has {Ws[-1].shape[0]} actions for {len(s)} shifts",
+                  hint=hint)  # fmt: skip
+    if np.abs(s).max() > 1.0 or len(np.unique(s)) != len(s) or not (s == 0.0).any():
+        raise err(f"{source}: shifts {s.tolist()} must be distinct shifts of r in [-1, 1], "
+                  "one of them 0 (hold)", hint=hint)  # fmt: skip
     return Ws, bs, s
 
 

@@ -148,6 +148,11 @@ class Controller:
     def load(cls, path: str | os.PathLike[str], cfg: RuntimeConfig | None = None) -> Controller:
         """A controller from a ``.npz`` written by :meth:`save`."""
         p = Path(path)
+        if not p.exists():
+            raise InputFileError(
+                f"controller file {p} not found",
+                hint="train one with `helm-plan train TRACE... -o FILE`",
+            )
         d = checks.read_npz(p, "controller", "pass a .npz written by `helm-plan train`")
         if "feature_version" not in d or "shifts" not in d:
             raise InputFileError(
