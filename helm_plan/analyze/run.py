@@ -55,6 +55,7 @@ from helm_plan.analyze.stages import (
 from helm_plan.exec import Progress
 from helm_plan.oracle import read_labels, write_labels
 from helm_plan.oracle.static import BackgroundStatic
+from helm_plan.plan.run import require_rate
 from helm_plan.profiles import resolve_slo_ms
 from helm_plan.report import html as report_html
 from helm_plan.report.store import RunData, write_store
@@ -160,6 +161,8 @@ def _run_analyze(
                   f"model {model.name} default_slo_ms: {model.slo_source}")  # fmt: skip
     cfg = dataclasses.replace(cfg, slo_ms=resolve_slo_ms(model, cfg.slo_ms))  # the one SLO rule
     n_requests = int(ctx.arrays.n_requests)
+    if cfg.capacity:
+        require_rate(ctx.arrays.ts_s)  # before any stage: planning needs an arrival rate
     assert lat_prof is not None  # load_context always resolves one
     base = {"v": STAGE_VERSION, "trace": sha, "gpu": asdict(gpu), "model": asdict(model),
             "latency": asdict(lat_prof), "pool": ctx.pool_bytes, "seed": cfg.seed}  # fmt: skip

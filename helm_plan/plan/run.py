@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from helm_plan.arrays import TraceArrays, from_table
 from helm_plan.cluster import ClusterConfig
+from helm_plan.errors import TraceError
 from helm_plan.exec import Executor, Progress, SerialExecutor
 from helm_plan.plan.config import BASELINE_POLICY, PlanConfig
 from helm_plan.plan.dense import scale_arrays
@@ -41,6 +42,18 @@ from helm_plan.policies import parse_policy
 from helm_plan.profiles import load_model, resolve_slo_ms
 from helm_plan.sim import NodeConfig
 from helm_plan.sim.context import NodeContext, prepare_context
+
+
+def require_rate(ts_s: np.ndarray) -> None:
+    """Raise TraceError unless the trace's requests arrive at two or more distinct times: a
+    capacity plan sizes a fleet for an arrival rate, and one instant has none."""
+    if len(ts_s) < 2 or not float(ts_s[-1]) > float(ts_s[0]):
+        raise TraceError(
+            f"the trace's {len(ts_s)} request(s) arrive at one instant (a span of 0 s), so it "
+            "has no arrival rate to plan capacity for",
+            hint="plan a trace whose requests arrive over time (analyze --no-capacity "
+            "analyses this one as it is, on one node)",
+        )
 
 
 def _scaled(arrays: TraceArrays, cfg: PlanConfig, window_s: float):
@@ -102,6 +115,7 @@ def plan(
     ex = executor or SerialExecutor()
     if isinstance(trace, pa.Table):
         trace = from_table(trace, seed=cfg.seed)
+    require_rate(trace.ts_s)
     arrays, scaling = _scaled(trace, cfg, ncfg.window_s)
     del trace  # the load points scale the planned arrays (a table's densified copy goes)
     ctxs = [prepare_context(arrays, s.gpu, model, s.latency, pool_bytes=cfg.pool_bytes,
