@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import math
 import mmap
@@ -91,7 +92,18 @@ def ensure_writable(out: str | os.PathLike[str] | None) -> None:
         raise _write_error(dest, PermissionError(13, "Permission denied"))
 
 
+FULL_DISK = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+"""Errors of a disk (or quota, or file size limit) that cannot take the output."""
+
+
 def _write_error(dest: Path, e: OSError) -> InputFileError:
+    if e.errno in FULL_DISK:
+        return InputFileError(
+            f"no room to write {dest}: {e.strerror or os.strerror(e.errno or 0)} (nothing was "
+            "written; a previous file there is kept)",
+            hint=f"free space on the disk holding {dest.parent}, or write the output to "
+            "another disk",
+        )
     if isinstance(e, IsADirectoryError) or dest.is_dir():
         return InputFileError(
             f"output path {dest} is a folder", hint="pass a file path (e.g. out.parquet) as -o"
@@ -132,9 +144,14 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)
     try:
-        yield tmp
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
+        try:
+            yield tmp
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+        except OSError as e:
+            if e.errno in FULL_DISK:  # a full disk while writing: one line, not a traceback
+                raise _write_error(dest, e) from e
+            raise
         try:
             os.replace(tmp, dest)
         except OSError as e:
