@@ -165,7 +165,7 @@ def cluster(
     )  # fmt: skip
     ctx = load_context(trace, gpu=gpu, model=model, latency=latency, pool_bytes=pool_bytes,
                        pool_fraction=pool_fraction, seed=seed)  # fmt: skip
-    ncfg = ncfg.for_model(ctx.model)  # the one SLO rule: --slo-ms, else the model's default
+    ncfg = ncfg.for_context(ctx)  # the one SLO rule: --slo-ms, else the model's default
     cfg = ClusterConfig(nodes=nodes, router=rs[0], node=ncfg, seed=seed)
     ocfg = dataclasses.replace(ORACLE, seed=seed)
     quiet = quiet or as_json

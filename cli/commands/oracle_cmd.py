@@ -108,7 +108,7 @@ def oracle(
         pool_fraction=pool_fraction,
         seed=seed,
     )
-    ncfg = ncfg.for_model(ctx.model)  # the one SLO rule: --slo-ms, else the model's default
+    ncfg = ncfg.for_context(ctx)  # the one SLO rule: --slo-ms, else the model's default
     if not as_json:
         emit_notes(ctx.notes)
     with ex, task("labelling windows", quiet=quiet or as_json) as progress:

@@ -6,6 +6,7 @@ A thin adapter over :func:`helm_plan.plan.plan`. ``-o FILE`` writes plan.json
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -79,7 +80,7 @@ NoCurveOpt = Annotated[
     typer.Option("--no-load-curve", help="Skip refining the single-node load curve (faster)."),
 ]
 PlanOutOpt = Annotated[
-    str | None, typer.Option("--out", "-o", help="Write plan.json here.", show_default=False)
+    Path | None, typer.Option("--out", "-o", help="Write plan.json here.", show_default=False)
 ]
 
 

@@ -126,7 +126,7 @@ def simulate(
     )
     ctx = load_context(trace, gpu=gpu, model=model, latency=latency, pool_bytes=pool_bytes,
                        pool_fraction=pool_fraction, seed=seed)  # fmt: skip
-    cfg = cfg.for_model(ctx.model)  # the one SLO rule: --slo-ms, else the model's default
+    cfg = cfg.for_context(ctx)  # the one SLO rule: --slo-ms, else the model's default
     with task(f"policy {pol.spec}", quiet=quiet or as_json or not pol.searches) as progress:
         env = PolicyEnv(oracle=dataclasses.replace(ORACLE, seed=seed), progress=progress)
         built = pol.build(ctx, cfg, env)
