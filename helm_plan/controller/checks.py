@@ -69,11 +69,12 @@ def controller_arrays(
     Ws: list[np.ndarray] = []
     bs: list[np.ndarray] = []
     for i in range(max(n, 1)):
-        if n == 0 or f"W{i}" not in weights or np.ndim(weights[f"W{i}"]) != 2:
-            got = 0 if n == 0 or f"W{i}" not in weights else f"a {np.ndim(weights[f'W{i}'])}-D"
-            raise err(f"{source}: the actor takes {got} features, feature version "
-                      f"{FEATURE_VERSION} has {n_features} (W{i} must be a matrix)",
-                      hint=hint)  # fmt: skip
+        if n == 0 or f"W{i}" not in weights:
+            raise err(f"{source}: the actor takes 0 features, feature version {FEATURE_VERSION} "
+                      f"has {n_features} (no W{i})", hint=hint)  # fmt: skip
+        if np.ndim(weights[f"W{i}"]) != 2:
+            raise err(f"{source}: W{i} is {np.ndim(weights[f'W{i}'])}-D, the actor's layers are "
+                      "matrices", hint=hint)  # fmt: skip
         if f"b{i}" not in weights:
             raise err(f"{source}: the actor has {n} weight matrices but no b{i}", hint=hint)
         W = _numeric(np.asarray(weights[f"W{i}"]), source, f"W{i}", hint, err)
