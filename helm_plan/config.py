@@ -214,5 +214,12 @@ def require_int(name: str, value: Any, lo: int, hi: int | None = None) -> None:
         raise ConfigError(f"{name} must be {what}, got {value}", hint=fix_for(name, want))
 
 
+def require_at_most(name: str, value: int, hi: int, reason: str) -> None:
+    """Raise ConfigError when ``value`` > ``hi``, saying why (``reason``) there is a bound."""
+    if value > hi:
+        raise ConfigError(f"{name} must be at most {hi:,} ({reason}), got {value:,}",
+                          hint=fix_for(name, f"<= {hi}"))  # fmt: skip
+
+
 Progress = Callable[[int, int], None]
 """Progress callback of a long stage: ``progress(done, total)``."""

@@ -7,8 +7,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from helm_plan.cache.curves import CurvesConfig
-from helm_plan.cluster import MAX_NODES
-from helm_plan.config import from_dict, require_int, require_positive, require_range
+from helm_plan.cluster.config import MAX_NODES, NODES_REASON
+from helm_plan.config import (
+    from_dict,
+    require_at_most,
+    require_int,
+    require_positive,
+    require_range,
+)
 from helm_plan.errors import ConfigError
 from helm_plan.exec import ExecutorConfig
 from helm_plan.oracle import OracleConfig
@@ -101,7 +107,8 @@ class AnalyzeConfig:
             )
         require_int("seed", self.seed, 0)
         require_attainment(self.attainment)  # a bad plan file fails before any stage
-        require_int("max_nodes", self.max_nodes, 1, MAX_NODES)
+        require_int("max_nodes", self.max_nodes, 1)
+        require_at_most("max_nodes", self.max_nodes, MAX_NODES, NODES_REASON)
         if self.peak_qps is not None and self.scale is not None:
             raise ConfigError("give --peak-qps or --scale, not both", hint="drop one of the two")
         ExecutorConfig(self.executor, self.workers, self.ray_address)  # validates them

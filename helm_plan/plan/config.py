@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from helm_plan.cluster.config import MAX_NODES
+from helm_plan.cluster.config import MAX_NODES, NODES_REASON
 from helm_plan.cluster.routers import get_router
-from helm_plan.config import require_int, require_positive, require_range
+from helm_plan.config import require_at_most, require_int, require_positive, require_range
 from helm_plan.errors import ConfigError
 from helm_plan.oracle import OracleConfig
 from helm_plan.plan.scale import ScaleBy
@@ -113,7 +113,8 @@ class PlanConfig:
             require_positive("scale", self.scale)
         if self.scale_by not in set(ScaleBy):
             raise ConfigError(f"unknown scaling {self.scale_by!r}", hint="use users or time")
-        require_int("max_nodes", self.max_nodes, 1, MAX_NODES)  # what the cluster simulates
+        require_int("max_nodes", self.max_nodes, 1)
+        require_at_most("max_nodes", self.max_nodes, MAX_NODES, NODES_REASON)
         for gpu, usd in self.cost_per_hour:
             if not (usd >= 0 and math.isfinite(usd)):
                 raise ConfigError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from helm_plan.config import require_int, require_positive
+from helm_plan.config import require_at_most, require_int, require_positive
 from helm_plan.errors import ConfigError
 from helm_plan.profiles import resolve_slo_ms
 from helm_plan.sim.refill import REFILL_MODES
@@ -15,6 +15,7 @@ BATCHING = ("static", "continuous")
 MAX_SLOTS = 48
 """Most streams a node may have: a GPU runs at most 48 MPS clients (Volta and later) or 7 MIG
 instances, so more slots model no GPU (and each slot is simulated state)."""
+SLOTS_REASON = "a GPU runs at most 48 MPS clients or 7 MIG instances"
 DEFAULT_WINDOW_S = 10.0
 """Default window: at >=100 QPS per node a window holds >=1000 requests (>=10 above its P99),
 and re-splitting HBM more often than every ~10 s mostly churns refill traffic."""
@@ -49,7 +50,8 @@ class NodeConfig:
         if self.slo_ms is not None:
             require_positive("slo_ms", self.slo_ms)
         require_positive("window_s", self.window_s)
-        require_int("slots", self.slots, 1, MAX_SLOTS)  # MAX_SLOTS: what one GPU can run
+        require_int("slots", self.slots, 1)
+        require_at_most("slots", self.slots, MAX_SLOTS, SLOTS_REASON)
         require_int("batch_max", self.batch_max, 1)
         if not (self.batch_timeout_ms >= 0 and self.batch_timeout_ms < float("inf")):
             raise ConfigError(

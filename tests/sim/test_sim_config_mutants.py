@@ -28,9 +28,12 @@ def _err(**kw: object) -> str:
         ({"slo_ms": 0.0}, "slo_ms must be positive, got 0.0; pass --slo-ms > 0"),
         ({"slo_ms": math.inf}, "slo_ms must be finite, got inf; pass --slo-ms > 0, finite"),
         ({"window_s": -1.0}, "window_s must be positive, got -1.0; pass --window-s > 0"),
-        ({"slots": 0}, "slots must be an integer in [1, 48], got 0"),
-        ({"slots": 1.0}, "slots must be an integer in [1, 48], got 1.0"),
-        ({"slots": 49}, "slots must be an integer in [1, 48], got 49"),
+        ({"slots": 0}, "slots must be a positive integer, got 0"),
+        ({"slots": 1.0}, "slots must be a positive integer, got 1.0"),
+        (
+            {"slots": 49},
+            "slots must be at most 48 (a GPU runs at most 48 MPS clients or 7 MIG instances), got 49",
+        ),
         ({"batch_max": 0}, "batch_max must be a positive integer, got 0"),
         ({"batch_max": True}, "batch_max must be a positive integer, got True"),
         (
