@@ -167,6 +167,9 @@ _FLAG_FIELDS = frozenset(
         "threads",
         "repeats",
         "refill",
+        "nodes",
+        "max_nodes",
+        "attainment",
     ]
 )
 

@@ -47,7 +47,8 @@ def validate(
     figs = []
     with task("validating", quiet=quiet or as_json) as progress:
         for i, (name, ctx) in enumerate(trace_contexts(traces, pool_fraction, seed)):
-            figs.append(training.validate(ctrl, ctx, name, ncfg, ablation=ablation).figures)
+            v = training.validate(ctrl, ctx, name, ncfg, ablation=ablation)
+            figs.append({**v.figures, "slo_ms": ncfg.for_context(ctx).slo_ms})
             progress(i + 1, len(traces))
     if as_json:
         emit_json("validate", {"controller": str(controller), "traces": figs})

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import typer
 from conftest import REPO, small_table
+from file_options import commands, file_options
 from helm_plan_cli.main import app
 from typer.testing import CliRunner
 
@@ -186,40 +186,14 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(ws, cmd, ou
     assert _snapshot(ws) == before
 
 
-#: String options that name files (profiles by TOML path, policies by spec, plan files).
-FILE_STRING_OPTIONS = {"--gpu", "--model", "--latency", "--gpus", "--policy", "--policies",
-                       "--config"}  # fmt: skip
-#: Path options that are neither read nor kept: a scratch folder of unlinked files.
-SCRATCH = {"--spill-dir"}
-#: Options named like file options that read no file.
-NOT_FILES = {("calibrate", "--gpu")}  # the GPU name written into the profile, never read
 #: Commands that write no file (their inputs cannot be overwritten).
 READ_ONLY = {"inspect", "profiles", "simulate", "cluster", "validate", "datasets"}
 
 
-def _file_options(cmd: typer.core.TyperCommand) -> set[str]:
-    names = set()
-    for p in cmd.params:
-        desc = p.type_descriptor
-        opt = next((o for o in p.opts if o.startswith("--")), p.name.upper())
-        pathy = desc.is_path or "Path" in str(desc.annotation)
-        if (pathy or opt in FILE_STRING_OPTIONS) and opt not in SCRATCH:
-            names.add(opt)
-    return names
-
-
 def test_the_table_names_every_file_option_of_every_command():
-    group = typer.main.get_command(app)
-    assert set(COMMANDS) | READ_ONLY == set(group.commands)
-    alias = {"--out": "-o", "PATH": "PATH", "RUN_DIR": "RUN_DIR"}
-    for name, cmd in group.commands.items():
-        if name in READ_ONLY:
-            continue
+    assert set(COMMANDS) | READ_ONLY == set(commands())
+    for name in COMMANDS:
         _, ins, outs = COMMANDS[name]
-        declared = {alias.get(x, x) for x in (*ins, *outs)}
-        declared |= {x.split(" ")[0] for x in ins}  # "--policies controller:" is --policies
-        got = {alias.get(x, x) for x in _file_options(cmd)}
-        if name == "report":
-            got -= {"RUN_DIR"}
-        missing = {x for x in got - declared - {"RUN_DIR"} if (name, x) not in NOT_FILES}
+        declared = {x.split(" ")[0] for x in (*ins, *outs)}  # "--policies controller:"
+        missing = file_options(name) - declared
         assert not missing, f"{name}: file options {sorted(missing)} are not in the guard table"

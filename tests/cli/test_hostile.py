@@ -11,16 +11,23 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
+import duckdb
+import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import small_table
+from file_options import commands, file_options
 from helm_plan_cli.main import app
 from typer.testing import CliRunner
 
 from helm_plan import trace
+from helm_plan.controller.runtime import DEFAULT_PATH
+from helm_plan.oracle.labels import Labels, write_labels
 from helm_plan.report import STORE_NAME
 
 UDATA = "".join(f"{k % 9}\t{k % 31}\t3\t{881250949 + 4000 * k}\n" for k in range(60))
@@ -67,7 +74,39 @@ def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # a trace that sits where `analyze -o labels_dir` would write labels.parquet
     (tmp_path / "labels_dir").mkdir()
     trace.write(small_table(50), tmp_path / "labels_dir" / "labels.parquet", {"source": "tests"})
+    _degenerate_and_broken_files(tmp_path)
     return tmp_path
+
+
+def _degenerate_and_broken_files(d: Path) -> None:
+    """Degenerate traces, broken profiles, controllers, label files and a truncated store."""
+    trace.write(small_table(1), d / "one.parquet", {"source": "tests"})  # one request
+    t = small_table(5)
+    trace.write(t.set_column(0, "ts_s", pa.array([0.0] * 5)), d / "zero.parquet", {"source": "t"})
+    (d / "bad.toml").write_text('name = "x"\nhbm_bytes = "lots"\n')  # a field of the wrong type
+    (d / "junk.toml").write_text("not toml [[[\n")
+    with np.load(DEFAULT_PATH, allow_pickle=False) as z:
+        ctrl = {k: z[k] for k in z.files}
+    np.savez(d / "nan.npz", **{**ctrl, "W0": np.full_like(ctrl["W0"], np.nan)})
+    np.savez(d / "card.npz", **{**ctrl, "card": np.array("{not json")})
+    whole = DEFAULT_PATH.read_bytes()
+    (d / "cut.npz").write_bytes(whole[: len(whole) // 2])  # a truncated zip
+    (d / "cut_labels.npz").write_bytes(whole[: len(whole) // 3])
+    lab = pl.DataFrame({"window": [0], "start_s": [0.0], "end_s": [10.0], "requests": [3],
+                        "r_star": [1.5], "p99_ms": [1.0], "slo_attainment": [1.0]})  # fmt: skip
+    write_labels(Labels(lab, 10.0, (0.0, 1.0), {}), d / "bad_labels.parquet")
+    (d / "zero_plan.toml").write_text("[analyze]\nattainment = 0.0\n")
+    (d / "huge_plan.toml").write_text("[analyze]\nmax_nodes = 100000\n")
+    # a real DuckDB file cut short: its header opens, its pages are gone
+    (d / "trunc").mkdir()
+    con = duckdb.connect(str(d / "trunc" / STORE_NAME))
+    con.execute("CREATE TABLE helm_meta AS SELECT range AS key, range AS value_json "
+                "FROM range(300000)")  # fmt: skip
+    con.execute("CHECKPOINT")
+    con.close()
+    store = d / "trunc" / STORE_NAME
+    store.write_bytes(store.read_bytes()[: store.stat().st_size * 6 // 10])
+    shutil.copy(d / "t.parquet", d / "trunc" / "t.parquet")
 
 
 def _snapshot(root: Path) -> dict[str, str]:
@@ -256,7 +295,86 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train-bad-labels", ["train", "junk.npz", "-o", "c.npz"], "not found"),
     ("validate-missing-controller", ["validate", "none.npz", "t.parquet"], "not found"),
     ("validate-not-a-controller", ["validate", "t.parquet", "t.parquet"], "as a controller"),
-]
+    # every file option of every command (issue 36): broken profiles, controllers, label
+    # files, arrival logs, plan files; degenerate traces; bounds with their reason
+    ("ingest-arrivals-missing",
+     ["ingest", "movielens", "u.data", "--arrivals", "none.csv", "--qps", "5", "-o", "o.parquet"],
+     "not found"),
+    ("synth-like-not-a-trace", ["synth", "--like", "junk.toml", "-o", "s.parquet"],
+     "cannot read junk.toml as parquet"),
+    ("inspect-model-bad", ["inspect", "t.parquet", "--model", "bad.toml"], "missing key"),
+    ("profile-model-not-toml", ["profile", "t.parquet", "-o", "c.parquet", "--model", "junk.toml"],
+     "not valid TOML"),
+    ("calibrate-model-missing", ["calibrate", "--quick", "--model", "none.toml", "-o", "l.toml"],
+     "not found"),
+    ("fit-gpu-bad", ["fit", "t.parquet", "--gpu", "bad.toml"], "hbm_bytes must be an integer"),
+    ("fit-model-not-toml", ["fit", "t.parquet", "--model", "junk.toml"], "not valid TOML"),
+    ("fit-latency-not-toml", ["fit", "t.parquet", "--latency", "junk.toml"], "not valid TOML"),
+    ("simulate-gpu-bad", ["simulate", "t.parquet", "--gpu", "bad.toml"], "hbm_bytes"),
+    ("simulate-latency-not-toml", ["simulate", "t.parquet", "--latency", "junk.toml"],
+     "not valid TOML"),
+    ("simulate-nan-controller", ["simulate", "t.parquet", "--policy", "controller:nan.npz"],
+     "W0 holds"),
+    ("simulate-truncated-controller", ["simulate", "t.parquet", "--policy", "controller:cut.npz"],
+     "cannot read cut.npz as a controller"),
+    ("simulate-labels-out-of-range",
+     ["simulate", "t.parquet", "--policy", "schedule:bad_labels.parquet"], "outside [0, 1]"),
+    ("simulate-slots-bound", ["simulate", "t.parquet", "--slots", "49"], "48 MPS clients"),
+    ("cluster-gpu-bad", ["cluster", "t.parquet", "--gpu", "bad.toml"], "hbm_bytes"),
+    ("cluster-model-bad", ["cluster", "t.parquet", "--model", "bad.toml"], "missing key"),
+    ("cluster-latency-not-toml", ["cluster", "t.parquet", "--latency", "junk.toml"],
+     "not valid TOML"),
+    ("cluster-card-not-json", ["cluster", "t.parquet", "--policy", "controller:card.npz"],
+     "card is not JSON"),
+    ("cluster-grid-nan-controller",
+     ["cluster", "t.parquet", "--policies", "kv-max,controller:nan.npz"], "W0 holds"),
+    ("cluster-nodes-bound", ["cluster", "t.parquet", "--nodes", "4097"], "simulated in memory"),
+    ("cluster-slots-bound", ["cluster", "t.parquet", "--slots", "49"], "48 MPS clients"),
+    ("plan-over-model", ["plan", "t.parquet", "--model", "bad.toml", "-o", "bad.toml"],
+     "is the input file"),
+    ("plan-gpus-bad", ["plan", "t.parquet", "--gpus", "bad.toml"], "hbm_bytes"),
+    ("plan-model-bad", ["plan", "t.parquet", "--model", "bad.toml"], "missing key"),
+    ("plan-latency-not-toml", ["plan", "t.parquet", "--gpus", "a100-80g", "--latency",
+                               "junk.toml"], "not valid TOML"),
+    ("plan-nan-controller", ["plan", "t.parquet", "--policies", "controller:nan.npz"],
+     "W0 holds"),
+    ("plan-max-nodes-bound", ["plan", "t.parquet", "--max-nodes", "4097"], "simulated in memory"),
+    ("plan-zero-attainment", ["plan", "t.parquet", "--attainment", "0"], "(0, 1]"),
+    ("plan-attainment-above-1", ["plan", "t.parquet", "--attainment", "1.5"], "(0, 1]"),
+    ("plan-one-request", ["plan", "one.parquet"], "arrive at one instant"),
+    ("plan-zero-span", ["plan", "zero.parquet"], "arrive at one instant"),
+    ("oracle-gpu-bad", ["oracle", "t.parquet", "-o", "l.parquet", "--gpu", "bad.toml"], "hbm_bytes"),
+    ("oracle-model-bad", ["oracle", "t.parquet", "-o", "l.parquet", "--model", "bad.toml"],
+     "missing key"),
+    ("oracle-latency-not-toml",
+     ["oracle", "t.parquet", "-o", "l.parquet", "--latency", "junk.toml"], "not valid TOML"),
+    ("oracle-slots-bound", ["oracle", "t.parquet", "-o", "l.parquet", "--slots", "49"],
+     "48 MPS clients"),
+    ("train-truncated-labels", ["train", "cut_labels.npz", "-o", "c.npz"],
+     "cannot read cut_labels.npz as a label set"),
+    ("train-labels-over-input", ["train", "t.parquet", "-o", "c.npz", "--save-labels", "t.parquet"],
+     "is the input file"),
+    ("train-labels-over-controller",
+     ["train", "t.parquet", "-o", "c.npz", "--save-labels", "c.npz"], "are the same file"),
+    ("train-labels-into-a-folder", ["train", "t.parquet", "-o", "c.npz", "--save-labels", "d"],
+     "is a folder"),
+    ("validate-truncated-controller", ["validate", "cut.npz", "t.parquet"],
+     "cannot read cut.npz as a controller"),
+    ("validate-nan-controller", ["validate", "nan.npz", "t.parquet"], "W0 holds"),
+    ("validate-card-not-json", ["validate", "card.npz", "t.parquet"], "card is not JSON"),
+    ("analyze-gpu-bad", ["analyze", "t.parquet", "--gpu", "bad.toml"], "hbm_bytes"),
+    ("analyze-model-bad", ["analyze", "t.parquet", "--model", "bad.toml"], "missing key"),
+    ("analyze-latency-not-toml", ["analyze", "t.parquet", "--latency", "junk.toml"],
+     "not valid TOML"),
+    ("analyze-one-request", ["analyze", "one.parquet"], "arrive at one instant"),
+    ("analyze-zero-span", ["analyze", "zero.parquet"], "arrive at one instant"),
+    ("analyze-zero-attainment", ["analyze", "t.parquet", "--config", "zero_plan.toml"], "(0, 1]"),
+    ("analyze-max-nodes-bound", ["analyze", "t.parquet", "--config", "huge_plan.toml"],
+     "simulated in memory"),
+    ("analyze-run-dir-is-a-file", ["analyze", "t.parquet", "-o", "plain.txt"], "is a file"),
+    ("report-real-truncated-store", ["report", "trunc"], "truncated or damaged"),
+    ("datasets-a-file", ["datasets", "plain.txt"], "is a file, not a folder"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("args", "needle"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -278,8 +396,16 @@ def test_hostile_input_is_one_line_exit_2_and_loses_nothing(
 def test_every_command_has_a_hostile_case() -> None:
     from helm_plan_cli.commands import COMMAND_MODULES
 
-    commands = {m.__name__.rsplit(".", 1)[-1].removesuffix("_cmd") for m in COMMAND_MODULES}
-    assert commands == {c[1][0] for c in CASES}
+    names = {m.__name__.rsplit(".", 1)[-1].removesuffix("_cmd") for m in COMMAND_MODULES}
+    assert names == {c[1][0] for c in CASES}
+
+
+def test_every_file_option_of_every_command_has_a_hostile_case() -> None:
+    for name in commands():
+        args = [a for _, argv, _ in CASES if argv[0] == name for a in argv]
+        options = {o for o in file_options(name) if o.startswith("-")}
+        missing = sorted(o for o in options if o not in args)
+        assert not missing, f"{name}: no hostile case gives {missing}"
 
 
 def test_the_epoch_trace_is_read_rebased_with_one_note(ws: Path) -> None:
