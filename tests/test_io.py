@@ -51,3 +51,25 @@ def test_atomic_write_to_a_folder_is_one_error_and_leaves_nothing(tmp_path: Path
     with pytest.raises(InputFileError, match="is a folder"):
         io.write_text(d, "x")
     assert list(d.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+
+def test_a_full_disk_is_one_error_naming_the_file_and_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+
+    old = tmp_path / "kept.json"
+    io.write_text(old, "previous")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(io.os, "fsync", full)  # the data reached the disk's cache, not the disk
+    for path in (tmp_path / "new.json", old):
+        with pytest.raises(InputFileError, match=f"no room to write {path}") as e:
+            io.write_text(path, "x" * 1000)
+        assert "free space" in e.value.hint and "another disk" in e.value.hint
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.json"]  # no temporary left
+    assert old.read_text() == "previous"
+    monkeypatch.undo()
+    # a non-disk error inside the block is not relabelled a full disk
+    with pytest.raises(PermissionError), io.atomic_path(tmp_path / "y.json"):
+        raise PermissionError(errno.EACCES, "denied")

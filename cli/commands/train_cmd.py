@@ -51,13 +51,21 @@ def train(
     args = Args(seed=seed, **steps)  # checks the options first
     ncfg = controller_node(window_s, slo_ms)
     traces: list[dataset.LabelTrace] = []
-    to_label = [p for p in inputs if p.suffix != ".npz"]
+    to_label = [p for p in inputs if p.suffix != ".npz"]  # traces; .npz are label sets
     for p in inputs:
         if p.suffix == ".npz":
             traces += dataset.load(p)
-    if to_label:
+    named = list(trace_contexts(to_label, pool_fraction, seed))
+    windows = [(t.name, t.n_windows) for t in traces]
+    windows += [(name, ctx.n_windows(ncfg.window_s)) for name, ctx in named]
+    for name, n in windows:  # before any labelling: PPO steps from one window to the next
+        if n < 2:
+            raise ConfigError(
+                f"{name} spans {n} window of {ncfg.window_s:g} s; training needs 2 or more",
+                hint="pass a longer trace, or a shorter --window-s",
+            )
+    if named:
         with task("labelling traces", quiet=quiet or as_json) as progress:
-            named = list(trace_contexts(to_label, pool_fraction, seed))
             traces += training.label_traces(named, ncfg, progress=progress)
     if save_labels is not None:
         dataset.save(traces, save_labels)
