@@ -107,6 +107,9 @@ def load_plan(path: str | Path) -> dict[str, Any]:
         raise ConfigError(
             f"plan file {p} is not valid TOML: {e}", hint="fix the TOML syntax at that line"
         ) from e
+    except UnicodeDecodeError as e:  # tomllib reads UTF-8 text: a binary file ends up here
+        raise ConfigError(f"plan file {p} is not UTF-8 text (a binary file?)",
+                          hint="pass --config the path of a TOML file") from e  # fmt: skip
 
 
 def field_docs(cls: type) -> dict[str, str]:
