@@ -29,6 +29,7 @@ from helm_plan import trace
 from helm_plan.controller.runtime import DEFAULT_PATH
 from helm_plan.oracle.labels import Labels, write_labels
 from helm_plan.report import STORE_NAME
+from helm_plan.report.store import META_TABLE
 
 UDATA = "".join(f"{k % 9}\t{k % 31}\t3\t{881250949 + 4000 * k}\n" for k in range(60))
 LOG_CSV = "user,item,ts\n1,2,3\n1,3,4\n2,3,5\n"
@@ -97,11 +98,14 @@ def _degenerate_and_broken_files(d: Path) -> None:
     write_labels(Labels(lab, 10.0, (0.0, 1.0), {}), d / "bad_labels.parquet")
     (d / "zero_plan.toml").write_text("[analyze]\nattainment = 0.0\n")
     (d / "huge_plan.toml").write_text("[analyze]\nmax_nodes = 100000\n")
-    # a real DuckDB file cut short: its header opens, its pages are gone
+    # a real DuckDB file cut short: it opens and lists its tables, then a table's pages are
+    # gone (a store copied or written halfway; the issue's `internal error IOException`)
     (d / "trunc").mkdir()
     con = duckdb.connect(str(d / "trunc" / STORE_NAME))
-    con.execute("CREATE TABLE helm_meta AS SELECT range AS key, range AS value_json "
-                "FROM range(300000)")  # fmt: skip
+    con.execute(f"CREATE TABLE {META_TABLE} AS SELECT 'k' || range AS key, '1' AS value_json "
+                "FROM range(10)")  # fmt: skip
+    con.execute("CHECKPOINT")
+    con.execute("CREATE TABLE windows AS SELECT range AS a, random() AS b FROM range(400000)")
     con.execute("CHECKPOINT")
     con.close()
     store = d / "trunc" / STORE_NAME
