@@ -87,3 +87,6 @@ def small_trace(tmp_path: Path) -> Path:
     p = tmp_path / "small.parquet"
     trace.write(small_table(), p, {"source": "tests.small_table", "seed": 0})
     return p
+
+
+from hostile_ws import ws  # noqa: E402, F401 (the hostile-input workspace fixture)

@@ -8,117 +8,18 @@ workspace byte-identical afterwards (inputs unchanged).
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import json
-import shutil
 from pathlib import Path
 
-import duckdb
-import numpy as np
-import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from conftest import small_table
 from file_options import commands, file_options
 from helm_plan_cli.main import app
+from hostile_ws import snapshot
 from typer.testing import CliRunner
 
 from helm_plan import trace
-from helm_plan.controller.runtime import DEFAULT_PATH
-from helm_plan.oracle.labels import Labels, write_labels
-from helm_plan.report import STORE_NAME
-from helm_plan.report.store import META_TABLE
-
-UDATA = "".join(f"{k % 9}\t{k % 31}\t3\t{881250949 + 4000 * k}\n" for k in range(60))
-LOG_CSV = "user,item,ts\n1,2,3\n1,3,4\n2,3,5\n"
-
-
-def _raw(path: Path, **cols) -> None:
-    """A parquet file with the canonical columns, some of them broken (not validated)."""
-    base = {"ts_s": [0.0, 0.5, 1.0], "user_id": [0, 1, 2], "new_items": [[1], [2], [3]],
-            "n_candidates": [2, 2, 2], "candidates": [[1, 2], [3, 1], [2, 3]]}  # fmt: skip
-    base.update(cols)
-    types = {"ts_s": pa.float64(), "user_id": pa.int64(), "new_items": pa.list_(pa.int64()),
-             "n_candidates": pa.int32(), "candidates": pa.list_(pa.int64())}  # fmt: skip
-    cols = {k: pa.array(v, types[k]) for k, v in base.items() if v is not None}
-    pq.write_table(pa.table(cols), path)
-
-
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every input a case may name, in one folder that is also the working directory."""
-    monkeypatch.chdir(tmp_path)
-    trace.write(small_table(300), tmp_path / "t.parquet", {"source": "tests"})
-    t = small_table(2)
-    gap = t.set_column(0, "ts_s", pa.array([0.0, 1e9]))
-    trace.write(gap, tmp_path / "gap.parquet", {"source": "tests"})
-    _raw(tmp_path / "null_user.parquet", user_id=[0, None, 2])
-    _raw(tmp_path / "neg_item.parquet", new_items=[[1], [2, -5], [3]])
-    _raw(tmp_path / "cand_len.parquet", candidates=[[1, 2], [3], [2, 3]])
-    _raw(tmp_path / "neg_ts.parquet", ts_s=[-1.0, 0.5, 1.0])
-    _raw(tmp_path / "huge_cands.parquet", n_candidates=[2, 2**31 - 1, 2],
-         candidates=None)  # fmt: skip
-    (tmp_path / "log.csv").write_text(LOG_CSV)
-    (tmp_path / "log.csv.gz").write_bytes(gzip.compress(LOG_CSV.encode()))
-    (tmp_path / "u.data").write_text(UDATA)
-    (tmp_path / "arr.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
-    (tmp_path / "junk.csv").write_bytes(bytes(range(256)) * 8)
-    (tmp_path / "plain.txt").write_text("not a folder\n")
-    (tmp_path / "bad_plan.toml").write_text("[analyze]\nslo_ms = 'fast'\n")
-    (tmp_path / "typo_plan.toml").write_text("[analyse]\nslo_ms = 5.0\n")
-    (tmp_path / "d").mkdir()
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / STORE_NAME).write_bytes(b"DUCK" + bytes(200))  # a truncated store
-    # a trace that sits where `analyze -o labels_dir` would write labels.parquet
-    (tmp_path / "labels_dir").mkdir()
-    trace.write(small_table(50), tmp_path / "labels_dir" / "labels.parquet", {"source": "tests"})
-    _degenerate_and_broken_files(tmp_path)
-    return tmp_path
-
-
-def _degenerate_and_broken_files(d: Path) -> None:
-    """Degenerate traces, broken profiles, controllers, label files and a truncated store."""
-    trace.write(small_table(1), d / "one.parquet", {"source": "tests"})  # one request
-    t = small_table(5)
-    trace.write(t.set_column(0, "ts_s", pa.array([0.0] * 5)), d / "zero.parquet", {"source": "t"})
-    (d / "bad.toml").write_text('name = "x"\nhbm_bytes = "lots"\n')  # a field of the wrong type
-    (d / "junk.toml").write_text("not toml [[[\n")
-    with np.load(DEFAULT_PATH, allow_pickle=False) as z:
-        ctrl = {k: z[k] for k in z.files}
-    np.savez(d / "nan.npz", **{**ctrl, "W0": np.full_like(ctrl["W0"], np.nan)})
-    np.savez(d / "card.npz", **{**ctrl, "card": np.array("{not json")})
-    whole = DEFAULT_PATH.read_bytes()
-    (d / "cut.npz").write_bytes(whole[: len(whole) // 2])  # a truncated zip
-    (d / "cut_labels.npz").write_bytes(whole[: len(whole) // 3])
-    lab = pl.DataFrame({"window": [0], "start_s": [0.0], "end_s": [10.0], "requests": [3],
-                        "r_star": [1.5], "p99_ms": [1.0], "slo_attainment": [1.0]})  # fmt: skip
-    write_labels(Labels(lab, 10.0, (0.0, 1.0), {}), d / "bad_labels.parquet")
-    (d / "zero_plan.toml").write_text("[analyze]\nattainment = 0.0\n")
-    (d / "huge_plan.toml").write_text("[analyze]\nmax_nodes = 100000\n")
-    # a real DuckDB file cut short: it opens and lists its tables, then a table's pages are
-    # gone (a store copied or written halfway; the issue's `internal error IOException`)
-    (d / "trunc").mkdir()
-    con = duckdb.connect(str(d / "trunc" / STORE_NAME))
-    con.execute(f"CREATE TABLE {META_TABLE} AS SELECT 'k' || range AS key, '1' AS value_json "
-                "FROM range(10)")  # fmt: skip
-    con.execute("CHECKPOINT")
-    con.execute("CREATE TABLE windows AS SELECT range AS a, random() AS b FROM range(400000)")
-    con.execute("CHECKPOINT")
-    con.close()
-    store = d / "trunc" / STORE_NAME
-    store.write_bytes(store.read_bytes()[: store.stat().st_size * 6 // 10])
-    shutil.copy(d / "t.parquet", d / "trunc" / "t.parquet")
-
-
-def _snapshot(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else ""
-        for p in sorted(root.rglob("*"))
-    }
-
 
 CASES: list[tuple[str, list[str], str]] = [
     # ingest
@@ -385,7 +286,7 @@ CASES: list[tuple[str, list[str], str]] = [
 def test_hostile_input_is_one_line_exit_2_and_loses_nothing(
     ws: Path, args: list[str], needle: str
 ) -> None:
-    before = _snapshot(ws)
+    before = snapshot(ws)
     r = CliRunner().invoke(app, args)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.exit_code == 2, (r.exit_code, r.stderr, r.stdout)
@@ -394,7 +295,7 @@ def test_hostile_input_is_one_line_exit_2_and_loses_nothing(
     assert line.startswith("error: ") and "; " in line, line
     assert needle in line, line
     assert "Traceback" not in r.stderr + r.stdout
-    assert _snapshot(ws) == before  # no partial output, inputs byte-identical
+    assert snapshot(ws) == before  # no partial output, inputs byte-identical
 
 
 def test_every_command_has_a_hostile_case() -> None:
@@ -428,86 +329,3 @@ def test_the_epoch_trace_is_read_rebased_with_one_note(ws: Path) -> None:
     assert got["requests"] == want["requests"] == 300
     # (times carry ~2e-7 s of rounding from the 1.7e9 offset, so queue waits differ in ppm)
     assert got["p99_ms"] == pytest.approx(want["p99_ms"], rel=1e-4)
-
-
-#: Every file a command reads, given as a file of junk: (case, option, argv with {} for the
-#: file, suffix).
-FILE_SLOTS = [
-    ("ingest-PATH", "PATH", ["ingest", "movielens", "{}", "-o", "o.parquet"], ".data"),
-    ("ingest-csv-PATH", "PATH", ["ingest", "csv", "{}", "--map", "user=user,item=item", "-o", "o.parquet"],
-     ".csv"),
-    ("ingest-arrivals", "--arrivals", ["ingest", "movielens", "u.data", "--arrivals", "{}", "--qps", "5", "-o",
-                         "o.parquet"], ".csv"),
-    ("synth-like", "--like", ["synth", "--like", "{}", "-o", "s.parquet"], ".parquet"),
-    ("inspect-TRACE", "TRACE", ["inspect", "{}"], ".parquet"),
-    ("inspect-model", "--model", ["inspect", "t.parquet", "--model", "{}"], ".toml"),
-    ("profile-TRACE", "TRACE", ["profile", "{}", "-o", "c.parquet"], ".parquet"),
-    ("profile-gpu", "--gpu", ["profile", "t.parquet", "--gpu", "{}", "-o", "c.parquet"], ".toml"),
-    ("profile-model", "--model", ["profile", "t.parquet", "--model", "{}", "-o", "c.parquet"], ".toml"),
-    ("calibrate-model", "--model", ["calibrate", "--quick", "--model", "{}", "-o", "l.toml"], ".toml"),
-    ("fit-TRACE", "TRACE", ["fit", "{}"], ".parquet"),
-    ("fit-gpu", "--gpu", ["fit", "t.parquet", "--gpu", "{}"], ".toml"),
-    ("fit-model", "--model", ["fit", "t.parquet", "--model", "{}"], ".toml"),
-    ("fit-latency", "--latency", ["fit", "t.parquet", "--latency", "{}"], ".toml"),
-    ("simulate-TRACE", "TRACE", ["simulate", "{}"], ".parquet"),
-    ("simulate-gpu", "--gpu", ["simulate", "t.parquet", "--gpu", "{}"], ".toml"),
-    ("simulate-model", "--model", ["simulate", "t.parquet", "--model", "{}"], ".toml"),
-    ("simulate-latency", "--latency", ["simulate", "t.parquet", "--latency", "{}"], ".toml"),
-    ("simulate-schedule", "--policy", ["simulate", "t.parquet", "--policy", "schedule:{}"], ".parquet"),
-    ("simulate-controller", "--policy", ["simulate", "t.parquet", "--policy", "controller:{}"], ".npz"),
-    ("cluster-TRACE", "TRACE", ["cluster", "{}", "--nodes", "2"], ".parquet"),
-    ("cluster-gpu", "--gpu", ["cluster", "t.parquet", "--gpu", "{}"], ".toml"),
-    ("cluster-model", "--model", ["cluster", "t.parquet", "--model", "{}"], ".toml"),
-    ("cluster-latency", "--latency", ["cluster", "t.parquet", "--latency", "{}"], ".toml"),
-    ("cluster-schedule", "--policy", ["cluster", "t.parquet", "--policy", "schedule:{}"], ".parquet"),
-    ("cluster-controller", "--policies", ["cluster", "t.parquet", "--policies", "kv-max,controller:{}"], ".npz"),
-    ("plan-TRACE", "TRACE", ["plan", "{}"], ".parquet"),
-    ("plan-gpus", "--gpus", ["plan", "t.parquet", "--gpus", "{}"], ".toml"),
-    ("plan-model", "--model", ["plan", "t.parquet", "--model", "{}"], ".toml"),
-    ("plan-latency", "--latency", ["plan", "t.parquet", "--gpus", "a100-80g", "--latency", "{}"], ".toml"),
-    ("plan-controller", "--policies", ["plan", "t.parquet", "--policies", "controller:{}"], ".npz"),
-    ("oracle-TRACE", "TRACE", ["oracle", "{}", "-o", "l.parquet"], ".parquet"),
-    ("oracle-gpu", "--gpu", ["oracle", "t.parquet", "--gpu", "{}", "-o", "l.parquet"], ".toml"),
-    ("oracle-model", "--model", ["oracle", "t.parquet", "--model", "{}", "-o", "l.parquet"], ".toml"),
-    ("oracle-latency", "--latency", ["oracle", "t.parquet", "--latency", "{}", "-o", "l.parquet"], ".toml"),
-    ("train-labels", "INPUTS", ["train", "{}", "-o", "c.npz"], ".npz"),
-    ("train-TRACE", "INPUTS", ["train", "{}", "-o", "c.npz"], ".parquet"),
-    ("validate-CONTROLLER", "CONTROLLER", ["validate", "{}", "t.parquet"], ".npz"),
-    ("validate-TRACE", "TRACES", ["validate", str(DEFAULT_PATH), "{}"], ".parquet"),
-    ("analyze-TRACE", "TRACE", ["analyze", "{}"], ".parquet"),
-    ("analyze-config", "--config", ["analyze", "t.parquet", "--config", "{}"], ".toml"),
-    ("analyze-gpu", "--gpu", ["analyze", "t.parquet", "--gpu", "{}"], ".toml"),
-    ("analyze-model", "--model", ["analyze", "t.parquet", "--model", "{}"], ".toml"),
-    ("analyze-latency", "--latency", ["analyze", "t.parquet", "--latency", "{}"], ".toml"),
-    ("report-RUN_DIR", "RUN_DIR", ["report", "{}"], "/helm.duckdb"),
-    ("datasets-FOLDER", "FOLDER", ["datasets", "{}"], ".log"),
-]  # fmt: skip
-JUNK = {"random": bytes(np.random.default_rng(7).integers(0, 256, 3000, dtype=np.uint8)),
-        "zip-magic": b"PK\x03\x04" + bytes(range(256)) * 2, "text": b"hello world\n"}  # fmt: skip
-
-
-@pytest.mark.parametrize("kind", list(JUNK))
-@pytest.mark.parametrize(("argv", "suffix"), [c[2:] for c in FILE_SLOTS],
-                         ids=[c[0] for c in FILE_SLOTS])  # fmt: skip
-def test_no_file_of_junk_is_an_internal_error(ws: Path, argv, suffix, kind) -> None:
-    """Random bytes, a zip header and plain text in every file a command reads: one error line."""
-    if suffix.startswith("/"):  # a run directory holding the junk as its store
-        (ws / "junkdir").mkdir()
-        (ws / "junkdir" / suffix[1:]).write_bytes(JUNK[kind])
-        path = "junkdir"
-    else:
-        path = f"junk-{kind}{suffix}"
-        (ws / path).write_bytes(JUNK[kind])
-    before = _snapshot(ws)
-    r = CliRunner().invoke(app, [a.replace("{}", path) for a in argv])
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("note:")]
-    assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.output
-    assert "internal error" not in r.output and "Traceback" not in r.output
-    assert _snapshot(ws) == before
-
-
-def test_every_file_option_is_tried_with_junk() -> None:
-    for name in commands():
-        tried = {opt for case, opt, _, _ in FILE_SLOTS if case.split("-")[0] == name}
-        read = file_options(name) - {"-o", "--save-labels", "--stream-out"}  # outputs
-        assert read <= tried, f"{name}: no junk case for {sorted(read - tried)}"
