@@ -162,7 +162,7 @@ def _run_analyze(
     cfg = dataclasses.replace(cfg, slo_ms=resolve_slo_ms(model, cfg.slo_ms))  # the one SLO rule
     n_requests = int(ctx.arrays.n_requests)
     if cfg.capacity:
-        require_rate(ctx.arrays.ts_s)  # before any stage: planning needs an arrival rate
+        require_rate(ctx.arrays)  # before any stage: planning needs an arrival rate
     assert lat_prof is not None  # load_context always resolves one
     base = {"v": STAGE_VERSION, "trace": sha, "gpu": asdict(gpu), "model": asdict(model),
             "latency": asdict(lat_prof), "pool": ctx.pool_bytes, "seed": cfg.seed}  # fmt: skip

@@ -44,9 +44,10 @@ from helm_plan.sim import NodeConfig
 from helm_plan.sim.context import NodeContext, prepare_context
 
 
-def require_rate(ts_s: np.ndarray) -> None:
+def require_rate(arrays: TraceArrays) -> None:
     """Raise TraceError unless the trace's requests arrive at two or more distinct times: a
     capacity plan sizes a fleet for an arrival rate, and one instant has none."""
+    ts_s = arrays.ts_s
     if len(ts_s) < 2 or not float(ts_s[-1]) > float(ts_s[0]):
         raise TraceError(
             f"the trace's {len(ts_s)} request(s) arrive at one instant (a span of 0 s), so it "
@@ -115,7 +116,7 @@ def plan(
     ex = executor or SerialExecutor()
     if isinstance(trace, pa.Table):
         trace = from_table(trace, seed=cfg.seed)
-    require_rate(trace.ts_s)
+    require_rate(trace)  # before any work: a plan needs an arrival rate
     arrays, scaling = _scaled(trace, cfg, ncfg.window_s)
     del trace  # the load points scale the planned arrays (a table's densified copy goes)
     ctxs = [prepare_context(arrays, s.gpu, model, s.latency, pool_bytes=cfg.pool_bytes,

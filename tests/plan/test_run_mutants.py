@@ -198,6 +198,7 @@ def stubs(monkeypatch):
     monkeypatch.setattr(run, "default_policies", lambda: ("best-static", "kv-max"))
     monkeypatch.setattr(run, "_scaled", rec("_scaled", ("SCALED", SCALING)))
     monkeypatch.setattr(run, "from_table", rec("from_table", "ARRAYS"))
+    monkeypatch.setattr(run, "require_rate", rec("require_rate", None))
     pools = iter([111, 222, 333])
     monkeypatch.setattr(run, "prepare_context",
                         rec("prepare_context", lambda *a, **kw: _ctx(pool=next(pools))))  # fmt: skip
@@ -252,6 +253,9 @@ def test_plan_hands_every_step_its_arguments(stubs):
     (_, (table, cfg_seen, window_s), _) = next(c for c in stubs.calls if c[0] == "_scaled")
     assert (table, cfg_seen, window_s) == ("TABLE", cfg, 5.0)
     assert "from_table" not in names  # arrays are scaled as they are
+    # the arrays are checked for an arrival rate before they are scaled
+    assert names.index("require_rate") < names.index("_scaled")
+    assert next(c for c in stubs.calls if c[0] == "require_rate")[1] == ("TABLE",)
     pcs = [c for c in stubs.calls if c[0] == "prepare_context"]
     assert [c[1:] for c in pcs] == [
         (("SCALED", s.gpu, stubs.model, s.latency),
