@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import typer
+from helm_plan_cli.files import guard
 from helm_plan_cli.options import (
     DemoOpt,
     ExecutorOptionalOpt,
@@ -24,7 +25,7 @@ from helm_plan_cli.options import (
     RunDirOpt,
     ScaleOpt,
     SeedOptionalOpt,
-    SloMsOptionalOpt,
+    SloMsOpt,
     SpillDirOpt,
     WindowSOptionalOpt,
     WorkersOptionalOpt,
@@ -36,12 +37,12 @@ from rich.table import Table
 from helm_plan import analyze
 from helm_plan.config import load_plan
 from helm_plan.errors import ConfigError
-from helm_plan.io import check_output
 from helm_plan.report import REPORT_NAME, STORE_NAME
 from helm_plan.report.html import pct_text
+from helm_plan.rundir import RECORD
 
 #: Files `analyze` writes into its run directory (docs/summary-schema.md).
-RUN_FILES = (REPORT_NAME, "summary.json", STORE_NAME, "labels.parquet")
+RUN_FILES = (REPORT_NAME, "summary.json", STORE_NAME, "labels.parquet", RECORD)
 
 
 def _pct(v: float | None) -> str:
@@ -89,7 +90,7 @@ def analyze_command(
     gpu: GpuOptionalOpt = None,
     model: ModelProfileOptionalOpt = None,
     latency: LatencyOpt = None,
-    slo_ms: SloMsOptionalOpt = None,
+    slo_ms: SloMsOpt = None,
     window_s: WindowSOptionalOpt = None,
     pool_bytes: PoolBytesOpt = None,
     pool_fraction: PoolFractionOpt = None,
@@ -130,16 +131,15 @@ def analyze_command(
         overrides["pool_fraction"] = None
         plan.get("analyze", {}).pop("pool_fraction", None)
     cfg = analyze.build_config(plan, overrides)
+    out_dir = out or (Path("reports/out/demo") if demo else Path("reports/out") / trace.stem)
+    # the profiles the plan file names are inputs too, and so is a controller:FILE policy
+    guard(inputs=[trace, config, cfg.gpu, cfg.model, cfg.latency], policies=cfg.plan_policies,
+          run_dir=out_dir, run_files=RUN_FILES)  # fmt: skip
     if demo:
-        out_dir = out or Path("reports/out/demo")
         with task("demo trace", quiet=quiet) as tick:
             trace = analyze.prepare_demo(out_dir, analyze.demo_synth_config(plan, seed))
             tick(1, 1)
-    else:
-        assert trace is not None
-        out_dir = out or Path("reports/out") / trace.stem
-    for name in RUN_FILES:
-        check_output(out_dir / name, trace, config, gpu, model, latency)
+    assert trace is not None
     res = analyze.run_analyze(
         trace, cfg, out_dir,
         progress_factory=lambda label: task(label, quiet=quiet),

@@ -6,17 +6,21 @@ The figures are those of :func:`helm_plan.controller.training.validate`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
 import numpy as np
 import typer
 from helm_plan_cli.options import (
+    AblationOpt,
+    ControllerArg,
+    ControllerTracesArg,
     JsonOpt,
     PoolFractionOpt,
     QuietOpt,
     SeedOpt,
     SloMsOpt,
     WindowSOpt,
+    controller_node,
+    trace_contexts,
 )
 from helm_plan_cli.output import emit_json, emit_table
 from helm_plan_cli.progress import task
@@ -24,33 +28,12 @@ from rich.table import Table
 
 from helm_plan.controller import training
 from helm_plan.controller.runtime import Controller
-from helm_plan.sim import NodeConfig, load_context
-
-InputsArg = Annotated[
-    list[Path],
-    typer.Argument(help="Canonical traces (.parquet) or label sets (.npz from --save-labels).",
-                   show_default=False),
-]  # fmt: skip
-TracesArg = Annotated[list[Path], typer.Argument(help="Canonical traces.", show_default=False)]
-ControllerArg = Annotated[Path, typer.Argument(help="Controller .npz (from `helm-plan train`).")]
-TimestepsOpt = Annotated[int, typer.Option("--timesteps", help="PPO environment steps.")]
-SaveLabelsOpt = Annotated[
-    Path | None, typer.Option("--save-labels", help="Also write the label set (.npz) here.")
-]
-AblationOpt = Annotated[
-    bool, typer.Option("--ablation/--no-ablation", help="Also run base and base+adapter.")
-]
-
-
-def _contexts(paths: list[Path], pool_fraction: float | None, seed: int):
-    for p in paths:
-        yield str(p), load_context(p, pool_fraction=pool_fraction, seed=seed)
 
 
 def validate(
     controller: ControllerArg,
-    traces: TracesArg,
-    seed: SeedOpt = 0,
+    traces: ControllerTracesArg,
+    seed: SeedOpt = training.DEFAULT_ORACLE.seed,
     window_s: WindowSOpt = training.DEFAULT_NODE.window_s,
     slo_ms: SloMsOpt = training.DEFAULT_NODE.slo_ms,
     pool_fraction: PoolFractionOpt = None,
@@ -60,11 +43,12 @@ def validate(
 ) -> None:
     """Run CONTROLLER closed loop on TRACE... against the oracle schedule and best static."""
     ctrl = Controller.load(controller)
-    ncfg = NodeConfig(window_s=window_s, slo_ms=slo_ms)
+    ncfg = controller_node(window_s, slo_ms)
     figs = []
     with task("validating", quiet=quiet or as_json) as progress:
-        for i, (name, ctx) in enumerate(_contexts(traces, pool_fraction, seed)):
-            figs.append(training.validate(ctrl, ctx, name, ncfg, ablation=ablation).figures)
+        for i, (name, ctx) in enumerate(trace_contexts(traces, pool_fraction, seed)):
+            v = training.validate(ctrl, ctx, name, ncfg, ablation=ablation)
+            figs.append({**v.figures, "slo_ms": ncfg.for_context(ctx).slo_ms})
             progress(i + 1, len(traces))
     if as_json:
         emit_json("validate", {"controller": str(controller), "traces": figs})

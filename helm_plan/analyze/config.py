@@ -7,10 +7,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from helm_plan.cache.curves import CurvesConfig
-from helm_plan.config import from_dict, require_int, require_positive, require_range
+from helm_plan.cluster.config import MAX_NODES, NODES_REASON
+from helm_plan.config import (
+    from_dict,
+    require_at_most,
+    require_int,
+    require_positive,
+    require_range,
+)
 from helm_plan.errors import ConfigError
 from helm_plan.exec import ExecutorConfig
 from helm_plan.oracle import OracleConfig
+from helm_plan.plan.config import require_attainment
 from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL
 from helm_plan.sim import DEFAULT_WINDOW_S, NodeConfig
 from helm_plan.synth import SynthConfig
@@ -107,6 +115,9 @@ class AnalyzeConfig:
                 f"n_boot must be >= 10, got {self.n_boot}", hint="set n_boot >= 10 in [analyze]"
             )
         require_int("seed", self.seed, 0)
+        require_attainment(self.attainment)  # a bad plan file fails before any stage
+        require_int("max_nodes", self.max_nodes, 1)
+        require_at_most("max_nodes", self.max_nodes, MAX_NODES, NODES_REASON)
         if self.peak_qps is not None and self.scale is not None:
             raise ConfigError("give --peak-qps or --scale, not both", hint="drop one of the two")
         ExecutorConfig(self.executor, self.workers, self.ray_address)  # validates them

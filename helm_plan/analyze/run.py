@@ -60,6 +60,7 @@ from helm_plan.analyze.stages import (
 from helm_plan.exec import Progress
 from helm_plan.oracle import read_labels, write_labels
 from helm_plan.oracle.static import BackgroundStatic
+from helm_plan.plan.run import require_rate
 from helm_plan.profiles import resolve_slo_ms
 from helm_plan.report import html as report_html
 from helm_plan.report.store import RunData, write_store
@@ -302,6 +303,8 @@ def _run_analyze(
     )  # fmt: skip
     sha = trace.sha256(tpath)
     lat_prof = ctx.latency_profile
+    if cfg.capacity:
+        require_rate(ctx.arrays)  # before any stage: planning needs an arrival rate
     assert lat_prof is not None  # load_context always resolves one
     base = {"v": STAGE_VERSION, "trace": sha, "gpu": asdict(ctx.gpu), "model": asdict(ctx.model),
             "latency": asdict(lat_prof), "pool": ctx.pool_bytes, "seed": cfg.seed}  # fmt: skip
@@ -359,6 +362,7 @@ def _report(run: Run, out: Path, pf: ProgressFactory, sha: str, lat_prof: Any, c
         tick(3, 4)
         run.runs.append(StageRun("report", "", False, time.perf_counter() - t_rep))
         summary = build_summary(data)
+        summary["setup"]["slo_source"] = data.meta["slo_source"]
         summary["timings_s"] = {r.name: round(r.seconds, 3) for r in run.runs}
         summary_path = io.write_json(out / "summary.json", summary)
         tick(4, 4)
@@ -398,8 +402,8 @@ def _run_data(run: Run, sha: str, lat_prof: Any, command: str) -> RunData:
         trace_path=str(tpath), trace_stem=tpath.stem, trace_sha256=sha, seed=cfg.seed,
         gpu=ctx.gpu.name, model=ctx.model.name, latency=lat_prof.name,
         latency_source=lat_prof.source, slo_ms=run.slo_ms,
-        slo_source="--slo-ms" if cfg.slo_ms is not None else
-        f"{ctx.model.name} default_slo_ms: {ctx.model.slo_source}",
+        slo_source="given (--slo-ms or [analyze] slo_ms)" if cfg.slo_ms is not None else
+        f"model {ctx.model.name} default_slo_ms: {ctx.model.slo_source}",
         attainment=cfg.attainment,
         window_s=cfg.window_s, windows=ctx.n_windows(cfg.window_s), pool_bytes=ctx.pool_bytes,
         pool_source=ctx.pool_source, footprint_bytes=ctx.footprint_bytes,

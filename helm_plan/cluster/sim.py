@@ -70,7 +70,7 @@ def simulate_cluster(
     ``policy`` is one :class:`Policy` (copied to every node), one per node, or
     fixed ratios (one, or one per window) for every node.
     """
-    ncfg = cfg.node
+    ncfg = cfg.node.for_context(ctx)
     n_nodes = cfg.nodes
     n_w = ctx.n_windows(ncfg.window_s)
     policies = node_policies(policy, n_nodes, n_w)

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from helm_plan import io
-from helm_plan.cache.ghost import Ghost
+from helm_plan.cache.ghost import GRID_POINTS, Ghost
+from helm_plan.controller import checks
 from helm_plan.errors import InputFileError
 from helm_plan.exec import Progress
 from helm_plan.oracle import Labels, OracleConfig, label_windows
@@ -101,6 +102,7 @@ def build(
     progress: Progress | None = None,
 ) -> LabelTrace:
     """Label ``ctx`` (unless ``labels`` are given) and gather its :class:`LabelTrace`."""
+    ncfg = ncfg.for_context(ctx)
     lab = labels or label_windows(ctx, ncfg, ocfg, progress)
     t = lab.table
     n_w = t.height
@@ -124,7 +126,7 @@ def build(
     ghost = Ghost(ctx.workload, ctx.pool_bytes, ctx.model.kv_bytes_per_token)
     node = NodeRunner(ctx, dataclasses.replace(ncfg, refill="lazy"))
     sched = fill_forward(rs) if np.isfinite(rs).any() else np.full(n_w, 0.5)
-    g_emb, g_kv = np.zeros((n_w, 101)), np.zeros((n_w, 101))
+    g_emb, g_kv = np.zeros((n_w, GRID_POINTS)), np.zeros((n_w, GRID_POINTS))
     g_look, g_ctx = np.zeros(n_w), np.zeros(n_w)
     for w in range(n_w):
         res = node.step(float(sched[w]))
@@ -169,30 +171,24 @@ def save(traces: list[LabelTrace], path: str | os.PathLike[str]) -> Path:
 def load(path: str | os.PathLike[str]) -> list[LabelTrace]:
     """Read label traces written by :func:`save`."""
     p = Path(path)
-    if not p.is_file():
+    z = checks.read_npz(
+        p, "label set", "make one with `helm-plan train TRACE... --save-labels FILE`"
+    )
+    if "set_version" not in z or str(z["set_version"]) != SET_VERSION:
         raise InputFileError(
-            f"label set {p} not found",
-            hint="make one with `helm-plan train TRACE... --save-labels FILE`",
+            f"{p} is not a helm-plan label set of version {SET_VERSION}",
+            hint=checks.LABELS_HINT,
         )
-    try:
-        z = np.load(p, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise InputFileError(
-            f"cannot read {p} as a label set: {e}",
-            hint="make one with `helm-plan train TRACE... --save-labels FILE`",
-        ) from e
-    with z:
-        if "set_version" not in z or str(z["set_version"]) != SET_VERSION:
-            raise InputFileError(
-                f"{p} is not a helm-plan label set of version {SET_VERSION}",
-                hint="rebuild it with `helm-plan train TRACE... --save-labels FILE`",
-            )
-        out = []
-        for i in range(int(z["n"])):
-            kw = {f: z[f"{i}.{f}"] for f in _FIELDS}
-            for f in ("name",):
-                kw[f] = str(kw[f])
-            for f in ("window_s", "slo_ms", "emb_s_per_byte", "kv_s_per_token"):
-                kw[f] = float(kw[f])
-            out.append(LabelTrace(**kw))
+    n = z.get("n")
+    if n is None or n.shape != () or not np.issubdtype(n.dtype, np.integer) or int(n) < 0:
+        raise InputFileError(f"{p}: its trace count n is missing or not a count",
+                             hint=checks.LABELS_HINT)  # fmt: skip
+    out = []
+    for i in range(int(n)):
+        missing = [f for f in _FIELDS if f"{i}.{f}" not in z]
+        if missing:
+            raise InputFileError(f"{p}: label trace {i} has no {missing[0]}",
+                                 hint=checks.LABELS_HINT)  # fmt: skip
+        kw = {f: z[f"{i}.{f}"] for f in _FIELDS}
+        out.append(LabelTrace(**checks.label_trace(kw, f"{p} (trace {i})", GRID_POINTS)))
     return out

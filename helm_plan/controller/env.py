@@ -187,7 +187,7 @@ class NodeEnv(gym.Env):
         start_ratio: float = 0.5,
     ) -> None:
         self.ctx = ctx
-        self.cfg = cfg or NodeConfig()
+        self.cfg = (cfg or NodeConfig()).for_context(ctx)
         self.reward_cfg = reward or RewardConfig()
         self.start_ratio = start_ratio
         self.runner = NodeRunner(ctx, self.cfg)

@@ -31,7 +31,7 @@ class _GhostPolicy(Policy):
     """Shared plumbing: ghost gains and raw features of the window just served."""
 
     def __init__(self, ctx: NodeContext, cfg: NodeConfig, delta: float = GHOST_DELTA) -> None:
-        self.ctx, self.cfg, self.delta = ctx, cfg, delta
+        self.ctx, self.cfg, self.delta = ctx, cfg.for_context(ctx), delta
         self.ghost = Ghost(ctx.workload, ctx.pool_bytes, ctx.model.kv_bytes_per_token)
         self.costs = cost_coefficients(ctx)
 

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from helm_plan.controller import checks
 from helm_plan.controller.features import (
     COLD_INDEX,
     FEATURE_VERSION,
@@ -131,26 +132,14 @@ class Controller:
         self.cfg = cfg or RuntimeConfig()
         self.card = card or {}
         self.source = source
-        n = len([k for k in weights if k.startswith("W")])
-        self._W = [np.ascontiguousarray(weights[f"W{i}"], np.float64) for i in range(n)]
-        self._b = [np.ascontiguousarray(weights[f"b{i}"], np.float64) for i in range(n)]
-        if n == 0 or self._W[0].shape[1] != N_FEATURES:
-            raise ConfigError(
-                f"{source}: the actor takes {self._W[0].shape[1] if n else 0} features, "
-                f"feature version {FEATURE_VERSION} has {N_FEATURES}",
-                hint="retrain the controller with `helm-plan train`",
-            )
-        self.shifts = np.asarray(shifts, np.float64)
+        # shapes, finite values and shifts: a NaN or ragged actor is refused, never run
+        Ws, bs, self.shifts = checks.controller_arrays(weights, shifts, N_FEATURES, source)
+        self._W = [np.ascontiguousarray(W) for W in Ws]
+        self._b = [np.ascontiguousarray(b) for b in bs]
         self._shift_list = [float(v) for v in self.shifts]
         self._Wa = [np.hstack([W, b[:, None]]) for W, b in zip(self._W, self._b, strict=True)]
         self._hs = [np.ones(W.shape[1] + 1) for W in self._W]  # inputs of each layer, then 1
         self._hold = int(np.argmin(np.abs(self.shifts)))  # the zero shift
-        if self._W[-1].shape[0] != len(self.shifts):
-            raise ConfigError(
-                f"{source}: the actor has {self._W[-1].shape[0]} actions for "
-                f"{len(self.shifts)} shifts",
-                hint="retrain the controller with `helm-plan train`",
-            )
         self.reset()
 
     # -------------------------------------------------------------- files
@@ -164,21 +153,14 @@ class Controller:
                 f"controller file {p} not found",
                 hint="train one with `helm-plan train TRACE... -o FILE`",
             )
-        try:
-            with np.load(p, allow_pickle=False) as z:
-                d = {k: z[k] for k in z.files}
-        except (OSError, ValueError) as e:
-            raise InputFileError(
-                f"cannot read {p} as a controller: {e}",
-                hint="pass a .npz written by `helm-plan train`",
-            ) from e
+        d = checks.read_npz(p, "controller", "pass a .npz written by `helm-plan train`")
         if "feature_version" not in d or "shifts" not in d:
             raise InputFileError(
                 f"{p} is not a helm-plan controller (no feature version or shifts)",
                 hint="pass a .npz written by `helm-plan train`",
             )
         weights = {k: v for k, v in d.items() if k[0] in "Wb" and k[1:].isdigit()}
-        card = json.loads(str(d["card"])) if "card" in d else {}
+        card = checks.controller_card(d, str(p))
         return cls(weights, d["shifts"], cfg, card, str(d["feature_version"]), str(p))
 
     def arrays(self) -> dict[str, np.ndarray]:

@@ -78,7 +78,7 @@ HELD_OUT = tuple(
 """Unseen traces of the validation (other seeds, loads and pools)."""
 
 DEFAULT_NODE = NodeConfig(window_s=10.0)
-"""Node config of training and validation."""
+"""Node config of training and validation (SLO: each trace's model's ``default_slo_ms``)."""
 DEFAULT_ORACLE = OracleConfig(trials=0)
 """Labels on the coarse grid plus the edge points (no Optuna trials: training-set speed)."""
 
@@ -201,6 +201,7 @@ def validate(
     ``abs_dr_narrow`` (mean |r − r*| over measured windows with a flat band < 0.1; NaN when
     there is none) with ``narrow_windows``, decision latency, and the ablation P99s.
     """
+    ncfg = ncfg.for_context(ctx)
     lab = label_windows(ctx, ncfg, ocfg)
     r_star = lab.r_star
     bs = best_static(ctx, ncfg, ocfg)

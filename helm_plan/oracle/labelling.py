@@ -123,6 +123,7 @@ def label_windows(
     executor: Executor | None = None,
 ) -> Labels:
     """Label every window with its offline-optimal ratio (see the module docstring)."""
+    node_cfg = node_cfg.for_context(ctx)  # the labels record the SLO they were made for
     edges = ctx.edges(node_cfg.window_s)
     n_w = len(edges) - 1
     run = None

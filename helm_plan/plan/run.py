@@ -29,6 +29,7 @@ import pyarrow as pa
 from helm_plan.arrays import TraceArrays, from_table
 from helm_plan.cache.core import Workload
 from helm_plan.cache.footprint import footprint
+from helm_plan.errors import TraceError
 from helm_plan.exec import Executor, Progress, SerialExecutor
 from helm_plan.plan.config import BASELINE_POLICY, PlanConfig
 from helm_plan.plan.dense import scale_arrays
@@ -43,6 +44,19 @@ from helm_plan.policies import parse_policy
 from helm_plan.pool import Pool, resolve_pool
 from helm_plan.profiles import ModelProfile, load_model, resolve_slo_ms
 from helm_plan.sim.context import prepare_context
+
+
+def require_rate(arrays: TraceArrays) -> None:
+    """Raise TraceError unless the trace's requests arrive at two or more distinct times: a
+    capacity plan sizes a fleet for an arrival rate, and one instant has none."""
+    ts_s = arrays.ts_s
+    if len(ts_s) < 2 or not float(ts_s[-1]) > float(ts_s[0]):
+        raise TraceError(
+            f"the trace's {len(ts_s)} request(s) arrive at one instant (a span of 0 s), so it "
+            "has no arrival rate to plan capacity for",
+            hint="plan a trace whose requests arrive over time (analyze --no-capacity "
+            "analyses this one as it is, on one node)",
+        )
 
 
 def gpu_pools(
@@ -127,6 +141,7 @@ def plan(
     ex = executor or SerialExecutor()
     if isinstance(trace, pa.Table):
         trace = from_table(trace, seed=cfg.seed)
+    require_rate(trace)  # before any work: a plan needs an arrival rate
     pools = gpu_pools(trace, cfg, model, setups)  # the input trace's: before any scaling
     arrays, scaling = planned_trace(trace, cfg, ncfg.window_s)
     # the headroom grows the traffic from the trace as given; else the load points scale the

@@ -100,6 +100,7 @@ def simulate_node(ctx: NodeContext, policy: Policy | np.ndarray, cfg: NodeConfig
     kv_reuse_rate, h2d_bytes, prefetch_bytes, blocked_ms, measured (False for
     warm-up windows).
     """
+    cfg = cfg.for_context(ctx)
     n_w = ctx.n_windows(cfg.window_s)
     if not isinstance(policy, Policy):
         r = np.asarray(policy, np.float64).reshape(-1)

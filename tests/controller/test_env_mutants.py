@@ -235,7 +235,8 @@ def test_label_env_unscorable_window_charges_the_move_and_one(raw_obs, which):
 
 # ---- NodeEnv -------------------------------------------------------------------------------
 
-CTX = SimpleNamespace(workload="WL", pool_bytes=123, model=SimpleNamespace(kv_bytes_per_token=4),
+CTX = SimpleNamespace(workload="WL", pool_bytes=123,
+                      model=SimpleNamespace(kv_bytes_per_token=4, default_slo_ms=7.0),
                       arrays=SimpleNamespace(ts_s="TS"), first_visit="FV", ctx_len="CL",
                       latency=SimpleNamespace(h2d_bw_Bps=1000.0))  # fmt: skip
 # per window: requests, first, P99 ms
@@ -301,7 +302,7 @@ def test_node_env_init(node):
     assert env.observation_space.shape == (N_FEATURES,)
     assert env.observation_space.dtype == np.float64
     assert np.all(env.observation_space.low == -10.0) and np.all(env.observation_space.high == 10.0)
-    assert NodeEnv(CTX).cfg == NodeConfig()
+    assert NodeEnv(CTX).cfg == NodeConfig(slo_ms=7.0)  # no SLO given: the model's default
     node.n_windows = 2
     NodeEnv(CTX, NCFG)  # two windows: one to warm, one to score
     node.n_windows = 1

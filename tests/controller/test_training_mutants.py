@@ -266,10 +266,12 @@ def scripted(monkeypatch):
 
 
 ALL = RuntimeConfig(hold_margin=0.3)
+MODEL_CTX = SimpleNamespace(model=SimpleNamespace(default_slo_ms=7.0))
+"""A context whose model's default SLO is 7 ms (what validate's default node resolves to)."""
 
 
 def test_validate_figures_by_hand(scripted):
-    ncfg, ocfg = NodeConfig(window_s=4.0), OracleConfig(trials=0, coarse_step=0.2)
+    ncfg, ocfg = NodeConfig(window_s=4.0, slo_ms=100.0), OracleConfig(trials=0, coarse_step=0.2)
     v = T.validate(_Ctrl(ALL, scripted.calls), "CTX", "tr", ncfg, ocfg)
     f = v.figures
     assert v.name == "tr" and f["trace"] == "tr" and f["windows"] == 6
@@ -294,7 +296,7 @@ def test_validate_figures_by_hand(scripted):
 
 
 def test_validate_hands_the_collaborators_the_right_runs(scripted):
-    ncfg, ocfg = NodeConfig(window_s=4.0), OracleConfig(trials=0, coarse_step=0.2)
+    ncfg, ocfg = NodeConfig(window_s=4.0, slo_ms=100.0), OracleConfig(trials=0, coarse_step=0.2)
     T.validate(_Ctrl(ALL, scripted.calls), "CTX", "tr", ncfg, ocfg)
     c = scripted.calls
     assert c[0] == ("label", "CTX", ncfg, ocfg) and c[1] == ("best_static", "CTX", ncfg, ocfg)
@@ -321,8 +323,8 @@ def test_validate_without_ablation_and_without_narrow_windows(scripted):
     scripted.flat[0] = np.full(6, 0.5)  # every band wide: no narrow window
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # no mean of an empty selection
-        v = T.validate(_Ctrl(RuntimeConfig(adapter=False, burst=False), scripted.calls), "CTX",
-                       "w", ablation=False)  # fmt: skip
+        v = T.validate(_Ctrl(RuntimeConfig(adapter=False, burst=False), scripted.calls),
+                       MODEL_CTX, "w", ablation=False)  # fmt: skip
     f = v.figures
     # without ablation only the controller's own config runs, and it is "all" (the base
     # config here: 14 ms)
@@ -333,15 +335,15 @@ def test_validate_without_ablation_and_without_narrow_windows(scripted):
     assert f["latency_median_us"] == pytest.approx(5.0)
     assert f["narrow_windows"] == 0 and math.isnan(f["abs_dr_narrow"])
     assert f["abs_dr_all"] == pytest.approx((0.05 + 0.2 + 0.1) / 3)
-    # the defaults: 10 s windows, the coarse grid without trials
-    assert scripted.calls[0][2:] == (NodeConfig(window_s=10.0), OracleConfig(trials=0))
+    # the defaults: 10 s windows, the model's SLO, the coarse grid without trials
+    assert scripted.calls[0][2:] == (NodeConfig(window_s=10.0, slo_ms=7.0), OracleConfig(trials=0))
 
 
 def test_validate_no_decisions_gives_nan_latency(scripted, monkeypatch):
     monkeypatch.setitem(LAT_S, "all", [])
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # no median of an empty list
-        f = T.validate(_Ctrl(ALL, scripted.calls), "CTX", "n", ablation=False).figures
+        f = T.validate(_Ctrl(ALL, scripted.calls), MODEL_CTX, "n", ablation=False).figures
     assert math.isnan(f["latency_median_us"]) and math.isnan(f["latency_p99_us"])
 
 

@@ -419,7 +419,7 @@ def test_build_result_types_columns_from_every_row():
             ["best-static", *(f"p{i}" for i in range(100))]]  # fmt: skip
     last = Combo(0, "emb-max", "jsq", Search(2, _pts((2, True, 6.5, 0.96))), _counts(2, [2], {}))
     curve = LoadCurve(pl.DataFrame({"policy": ["emb-max"], "qps": [1.0]}), {}, 1.0)
-    res = R.build_result(cfg, NodeConfig(window_s=2.0), Scaling("users", 1, 1, 1, 1, 1, 1, 1, 1),
+    res = R.build_result(cfg, NodeConfig(window_s=2.0, slo_ms=100.0), Scaling("users", 1, 1, 1, 1, 1, 1, 1, 1),
                          [_setup("g0", 2.0)], [_ctx(1, 1, N_W)], [curve], [*none, last], (),
                          ())  # fmt: skip
     assert res.capacity.height == 102 and res.capacity["p99_ms"][0] is None

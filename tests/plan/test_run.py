@@ -223,6 +223,7 @@ def stubs(monkeypatch):
     monkeypatch.setattr(run, "gpu_pools", rec("gpu_pools", lambda t, c, m, s: [
         f"POOL-{x.gpu.name}" for x in s]))  # fmt: skip
     monkeypatch.setattr(run, "from_table", rec("from_table", "ARRAYS"))
+    monkeypatch.setattr(run, "require_rate", rec("require_rate", None))
     pools = iter([111, 222, 333])
     monkeypatch.setattr(run, "prepare_context",
                         rec("prepare_context", lambda *a, **kw: _ctx(pool=next(pools))))  # fmt: skip
@@ -283,6 +284,9 @@ def test_plan_hands_every_step_its_arguments(stubs):
     assert names.index("gpu_pools") < names.index("planned_trace")
     assert next(c for c in stubs.calls if c[0] == "gpu_pools")[1] == ("TABLE", cfg, stubs.model,
                                                                         setups)  # fmt: skip
+    # the arrays are checked for an arrival rate before they are scaled
+    assert names.index("require_rate") < names.index("planned_trace")
+    assert next(c for c in stubs.calls if c[0] == "require_rate")[1] == ("TABLE",)
     pcs = [c for c in stubs.calls if c[0] == "prepare_context"]
     assert [c[1:] for c in pcs] == [
         (("SCALED", s.gpu, stubs.model, s.latency),
