@@ -278,6 +278,25 @@ PeakQpsOpt = Annotated[
         "--peak-qps", help="Plan for this rate in the busiest window (req/s).", show_default=False
     ),  # fmt: skip
 ]
+ScaleByOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--scale-by",
+        help="The traffic model of --peak-qps / --scale: users (default: the trace's users cloned "
+        "on its own timeline, its bursts kept at full height), users-shifted (clones shifted in "
+        "time: bursts smoothed, optimistic) or time (compressed: users return sooner).",
+        show_default=False,
+    ),
+]
+GpusListOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--gpus",
+        help="Comma list of GPU profiles (names or TOML paths) the plan compares (default: every "
+        "shipped one; --gpu is always planned and is the one the later sections analyse).",
+        show_default=False,
+    ),
+]
 ScaleOpt = Annotated[
     float | None,
     typer.Option(

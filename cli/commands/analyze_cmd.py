@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from helm_plan_cli.options import (
     DemoOpt,
     ExecutorOptionalOpt,
     GpuOptionalOpt,
+    GpusListOpt,
     JsonOpt,
     LatencyOpt,
     ModelProfileOptionalOpt,
@@ -23,6 +25,7 @@ from helm_plan_cli.options import (
     QuietOpt,
     RayAddressOpt,
     RunDirOpt,
+    ScaleByOpt,
     ScaleOpt,
     SeedOptionalOpt,
     SloMsOpt,
@@ -61,6 +64,23 @@ def headline_table(res: analyze.AnalyzeResult) -> Table:
     t = Table(title=f"helm-plan analyze: {res.out_dir}", show_header=True)
     t.add_column("figure")
     t.add_column("value", justify="right")
+    cap = s.get("capacity") or {}
+    sc = cap.get("scaling") or {}
+    if sc:
+        asked = f" (asked {sc['peak_qps_target']:,.0f})" if sc.get("peak_qps_target") else ""
+        t.add_row("planned traffic", f"{sc['peak_qps_after']:,.0f} req/s peak{asked}, "
+                  f"{sc['qps_after']:,.0f} mean; x{sc['factor']:.3g} by {sc['method']}")  # fmt: skip
+    for g in cap.get("gpus", []):
+        if g["nodes"] is None:
+            t.add_row(f"{g['gpu']}", "no fleet meets the SLO")
+            continue
+        room = ("" if g["headroom"] is None else
+                f", headroom +{g['headroom']:.0%}" + ("" if g["headroom_fails_at"] is not None
+                                                       else " or more"))  # fmt: skip
+        mark = " (cheapest)" if g["cheapest"] else ""
+        t.add_row(f"{g['gpu']}{mark}",
+                  f"{g['nodes']} nodes ({g['policy']}, {g['router']}): ${g['usd_per_day']:,.0f}/day, "
+                  f"${g['usd_per_million_requests']:.3g}/M req{room}")  # fmt: skip
     t.add_row("best static r", f"{bs['ratio']:.2f}" if bs["ratio"] is not None else "-")
     t.add_row(
         "best static P99 / SLO attainment", f"{_ms(bs['p99_ms'])} / {_pct(bs['slo_attainment'])}"
@@ -101,6 +121,8 @@ def analyze_command(
     seed: SeedOptionalOpt = None,
     peak_qps: PeakQpsOpt = None,
     scale: ScaleOpt = None,
+    scale_by: ScaleByOpt = None,
+    gpus: GpusListOpt = None,
     no_capacity: NoCapacityOpt = False,
     spill_dir: SpillDirOpt = None,
     demo: DemoOpt = False,
@@ -120,20 +142,21 @@ def analyze_command(
     plan = load_plan(config) if config is not None else {}
     if demo:
         plan = analyze.demo_plan(plan)
-    overrides = {
-        "gpu": gpu, "model": model, "latency": latency, "slo_ms": slo_ms, "window_s": window_s,
-        "pool_bytes": pool_bytes, "pool_fraction": pool_fraction, "workers": workers, "seed": seed,
-        "executor": executor, "ray_address": ray_address, "peak_qps": peak_qps, "scale": scale,
-        "capacity": False if no_capacity else None,
-        "spill_dir": None if spill_dir is None else str(spill_dir),
-    }  # fmt: skip
+    # every option named like an [analyze] field overrides it (None: not given)
+    given = dict(locals())
+    overrides = {f.name: given[f.name] for f in dataclasses.fields(analyze.AnalyzeConfig)
+                 if f.name in given}  # fmt: skip
+    overrides |= {"capacity": False if no_capacity else None,
+                  "spill_dir": None if spill_dir is None else str(spill_dir),
+                  "gpus": None if gpus is None else tuple(g for g in gpus.split(",") if g)}  # fmt: skip
     if pool_bytes is not None:
         overrides["pool_fraction"] = None
         plan.get("analyze", {}).pop("pool_fraction", None)
     cfg = analyze.build_config(plan, overrides)
     out_dir = out or (Path("reports/out/demo") if demo else Path("reports/out") / trace.stem)
     # the profiles the plan file names are inputs too, and so is a controller:FILE policy
-    guard(inputs=[trace, config, cfg.gpu, cfg.model, cfg.latency], policies=cfg.plan_policies,
+    guard(inputs=[trace, config, cfg.gpu, cfg.model, cfg.latency, *(cfg.gpus or ())],
+          policies=cfg.plan_policies,
           run_dir=out_dir, run_files=RUN_FILES)  # fmt: skip
     if demo:
         with task("demo trace", quiet=quiet) as tick:

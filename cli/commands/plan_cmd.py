@@ -27,6 +27,7 @@ from helm_plan_cli.options import (
     PoolFractionOpt,
     QuietOpt,
     RayAddressOpt,
+    ScaleByOpt,
     ScaleOpt,
     SeedOpt,
     SloMsOpt,
@@ -62,10 +63,6 @@ PoliciesOpt = Annotated[
     ),
 ]
 RoutersOpt = Annotated[str, typer.Option("--routers", help="Comma list of routers.")]
-ScaleByOpt = Annotated[
-    str,
-    typer.Option("--scale-by", help="users (clone users, keep the catalogue) or time (compress)."),
-]
 MaxNodesOpt = Annotated[int, typer.Option("--max-nodes", help="Largest fleet per GPU kind.")]
 CostOpt = Annotated[
     list[str] | None,

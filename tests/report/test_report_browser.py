@@ -15,7 +15,13 @@ from helm_plan.report.html import write_report
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 PLAN = {
-    "analyze": {"window_s": 5.0, "pool_fraction": 0.3, "n_boot": 50, "slo_ms": 0.5},
+    "analyze": {
+        "window_s": 5.0,
+        "pool_fraction": 0.3,
+        "n_boot": 50,
+        "slo_ms": 0.5,
+        "gpus": ["a100-80g", "h100-80g"],
+    },
     "oracle": {"trials": 2, "coarse_step": 0.25},
     "curves": {"n_points": 11},
 }
@@ -77,6 +83,26 @@ def test_report_renders_offline_in_chromium(report, tmp_path):
                         "oracle", "policies", "controller", "sensitivity",
                         "reproducibility"]  # fmt: skip
     assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+@pytest.mark.browser
+def test_the_report_opens_with_the_planners_questions(report):
+    """The first thing under Summary is one row per GPU: the fleet meeting the SLO, its price
+    per day and per million requests, one GPU's capacity and the headroom; then the verdict,
+    whose first sentence states the traffic model."""
+    (heads, rows, first), problems = _browse(
+        report, {"width": 1400, "height": 1000},
+        ["Array.from(document.querySelector('#summary .table-wrap')"
+         ".querySelectorAll('th')).map(h => h.textContent)",
+         "document.querySelector('#summary .table-wrap').querySelectorAll('tbody tr').length",
+         "document.querySelector('#summary .verdict li').textContent"],
+    )  # fmt: skip
+    assert problems == []
+    assert heads[0] == "fleet meeting the SLO" and heads[2] == "USD/day"
+    assert heads[3].startswith("USD per M req (at ") and "max req/s per GPU" in heads[4]
+    assert heads[5] == "headroom until N + 1"
+    assert rows == 2  # the two GPUs planned
+    assert first.startswith("Planned traffic:") and "bursts are planned at full height" in first
 
 
 @pytest.mark.browser
