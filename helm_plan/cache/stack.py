@@ -202,28 +202,37 @@ def window_hits(
     *,
     key_bytes: np.ndarray | None,
     n_ids: int,
+    request_rows: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`binned_hits` of windows held apart: one ``(ids, offsets)`` per window, in order.
 
     The LRU is warm across them, and the figures are those of the windows'
     concatenation with their edges, without that concatenated copy (the
     controller's ghost feeds its past windows, then this one). Sizes are
-    gathered window by window, never one array for the whole stream.
+    gathered window by window, never one array for the whole stream. With
+    ``request_rows`` every request of the last window gets a row of its own (the
+    ghost's per-request curves), after one row per earlier window.
     """
     parts = [(as_ids(ids, n_ids)[0], np.asarray(o, np.int64)) for ids, o in windows]
     kb = as_sizes(key_bytes, n_ids)
     grid = check_grid(grid)
     edges = np.zeros(len(parts) + 1, np.int64)
     np.cumsum([len(o) - 1 for _, o in parts], out=edges[1:])
-    hits = np.zeros((len(parts), len(grid)), np.int64)
-    look = np.array([stream_sizes(ids[o[0] : o[-1]], key_bytes, kb).sum(dtype=np.int64)
-                     for ids, o in parts], np.int64)  # fmt: skip
+    look = [stream_sizes(ids[o[0] : o[-1]], key_bytes, kb).sum(dtype=np.int64)
+            for ids, o in parts]  # fmt: skip
+    rows = edges
+    if request_rows and parts:
+        ids, o = parts[-1]
+        rows = np.concatenate([edges[:-1], edges[-2] + np.arange(1, len(o), dtype=np.int64)])
+        sz = stream_sizes(ids[o[0] : o[-1]], key_bytes, kb).astype(np.int64)
+        look = look[:-1] + list(window_sums(sz, o - o[0], np.arange(len(o), dtype=np.int64)))
+    hits = np.zeros((len(rows) - 1, len(grid)), np.int64)
     for max_b, idx in size_classes(kb[:n_ids], grid):
-        sp = StackPass(kb[:n_ids], max_b, grid[idx], len(parts))
+        sp = StackPass(kb[:n_ids], max_b, grid[idx], len(rows) - 1)
         for w, (ids, o) in enumerate(parts):
-            sp.feed(ids, stream_sizes(ids, key_bytes, kb), o, int(edges[w]), edges)
+            sp.feed(ids, stream_sizes(ids, key_bytes, kb), o, int(edges[w]), rows)
         hits[:, idx] = sp.hit_bytes()
-    return hits, look
+    return hits, np.array(look, np.int64)
 
 
 def window_sums(values: np.ndarray, offs: np.ndarray, edges: np.ndarray) -> np.ndarray:
