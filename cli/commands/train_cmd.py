@@ -1,6 +1,6 @@
 """`helm-plan train`: train the three-layer controller (helm_plan.controller).
 
-Labels every trace (the carry oracle on the coarse grid) or reads label sets
+Labels every trace (the full carry oracle: grid, edge points, Optuna trials) or reads label sets
 (``.npz`` from ``--save-labels``), trains layer 1 with PPO and writes the
 controller ``.npz`` with its card.
 """
@@ -17,7 +17,7 @@ from helm_plan_cli.options import (
     PoolFractionOpt,
     QuietOpt,
     SeedOpt,
-    SloMsOpt,
+    SloMsOptionalOpt,
     WindowSOpt,
 )
 from helm_plan_cli.output import emit_json, emit_table
@@ -27,6 +27,7 @@ from helm_plan.controller import dataset, training
 from helm_plan.controller.runtime import save
 from helm_plan.errors import ConfigError
 from helm_plan.io import check_output
+from helm_plan.profiles import resolve_slo_ms
 from helm_plan.sim import NodeConfig, load_context
 
 InputsArg = Annotated[
@@ -45,9 +46,11 @@ AblationOpt = Annotated[
 ]
 
 
-def _contexts(paths: list[Path], pool_fraction: float | None, seed: int):
+def _contexts(paths: list[Path], pool_fraction: float | None, seed: int, window_s: float,
+              slo_ms: float | None):  # fmt: skip
     for p in paths:
-        yield str(p), load_context(p, pool_fraction=pool_fraction, seed=seed)
+        ctx = load_context(p, pool_fraction=pool_fraction, seed=seed)
+        yield str(p), ctx, NodeConfig(window_s=window_s, slo_ms=resolve_slo_ms(ctx.model, slo_ms))
 
 
 def train(
@@ -55,8 +58,8 @@ def train(
     out: OutOpt,
     seed: SeedOpt = 0,
     timesteps: TimestepsOpt = 300_000,
-    window_s: WindowSOpt = training.DEFAULT_NODE.window_s,
-    slo_ms: SloMsOpt = training.DEFAULT_NODE.slo_ms,
+    window_s: WindowSOpt = training.WINDOW_S,
+    slo_ms: SloMsOptionalOpt = None,
     pool_fraction: PoolFractionOpt = None,
     save_labels: SaveLabelsOpt = None,
     as_json: JsonOpt = False,
@@ -67,7 +70,6 @@ def train(
 
     check_output(out, *inputs)
     args = Args(seed=seed, total_timesteps=timesteps)  # checks the options first
-    ncfg = NodeConfig(window_s=window_s, slo_ms=slo_ms)
     traces: list[dataset.LabelTrace] = []
     to_label = [p for p in inputs if p.suffix != ".npz"]
     for p in inputs:
@@ -75,8 +77,8 @@ def train(
             traces += dataset.load(p)
     if to_label:
         with task("labelling traces", quiet=quiet or as_json) as progress:
-            named = list(_contexts(to_label, pool_fraction, seed))
-            traces += training.label_traces(named, ncfg, progress=progress)
+            named = list(_contexts(to_label, pool_fraction, seed, window_s, slo_ms))
+            traces += training.label_traces(named, progress=progress)
     if save_labels is not None:
         dataset.save(traces, save_labels)
     if not traces:
