@@ -380,10 +380,32 @@ def stage_policies(
         "oracle_schedule": oracle_schedule,
         "measured_from_window": base.measured_from_window,
         "static_replays": runs.replays,
-        "controller_decision_latency_us": _card_latency(),
+        "controller_decision_latency_us": _measured_latency(results.get("controller")),
+        "controller_card_latency_us": _card_latency(),
+        "controller_guard": _guard(results.get("controller")),
         "flat_tol": oracle_cfg.flat_tol,
     }
     return StageOutput(tables=tables, meta=meta)
+
+
+def _measured_latency(res: NodeResult | None) -> dict[str, float] | None:
+    """The controller's decision latency in this run, by the runtime's own timer (median, p99 µs)."""
+    from helm_plan.controller.validation import latency_summary
+
+    ns = res.policy_stats.get("decision_latency_ns") if res is not None else None
+    return latency_summary(ns) if ns else None
+
+
+def _guard(res: NodeResult | None) -> dict[str, float] | None:
+    """The controller's guard in this run: its anchor and the shares of decisions it fell back
+    or overrode the proposal."""
+    st = res.policy_stats if res is not None else {}
+    n = st.get("decisions", 0)
+    if not n:
+        return None
+    return {"anchor": st["anchor"], "anchor_given": st["anchor_given"],
+            "fallback_share": st["guard_fallback_windows"] / n,
+            "override_share": st["guard_overrides"] / n}  # fmt: skip
 
 
 def _card_latency() -> dict[str, float] | None:
