@@ -44,7 +44,7 @@ import numpy as np
 
 from helm_plan.cache import core
 from helm_plan.cache.kvcurve import KvFeed
-from helm_plan.cache.stack import window_hits
+from helm_plan.cache.stack import as_sizes, check_grid, size_plan, window_hits
 from helm_plan.errors import ConfigError
 
 GRID_POINTS = 101
@@ -129,6 +129,9 @@ class Ghost:
         )
         self._kv = KvFeed(wl)
         self._hist: list[tuple[np.ndarray, np.ndarray]] = []  # (keys, offsets) per past window
+        self._grid = np.unique(self.emb_grid)
+        kb = as_sizes(wl.keys.key_bytes, wl.n_keys)[: wl.n_keys]
+        self._plan = size_plan(kb, check_grid(self._grid))  # once, not every window
 
     def reset(self) -> None:
         """Forget the remembered lookups (a cold node)."""
@@ -153,10 +156,11 @@ class Ghost:
         idx = np.ascontiguousarray(requests, np.int64)
         ids, offs = core.lookup_stream(self.wl, n_computed, requests=idx)
         past = self._hist[-self.history_windows :] if self.history_windows else []
-        grid = np.unique(self.emb_grid)
+        grid = self._grid
         # the past windows warm the stack, then this one is counted (fed apart: no joined copy)
         hits, look = window_hits([*past, (ids, offs)], grid, key_bytes=self.wl.keys.key_bytes,
-                                 n_ids=self.wl.n_keys, request_rows=per_request)  # fmt: skip
+                                 n_ids=self.wl.n_keys, request_rows=per_request,
+                                 classes=self._plan)  # fmt: skip
         at = np.searchsorted(grid, self.emb_grid)
         emb_req = hits[len(past) :][:, at] if per_request else None
         emb = (emb_req.sum(axis=0) if emb_req is not None else hits[-1][at]).astype(np.float64)
