@@ -113,10 +113,10 @@ CASES = {
         "--json {d}/controller.json",
         (
             "| figure | measured | peer (same run) | ratio | target |",
-            "| controller vs best static, worst held-out trace (synth:burst:gr-prod",
+            "| controller vs best static, worst held-out trace (synth:mixed:gr-large",
             "| fleet of 2, controller per node vs best static per node",
             "| decision latency measured in these runs",
-            "| controller (PPO) vs threshold rule, synth:burst:gr-prod",
+            "| controller (PPO) vs threshold rule, synth:mixed:gr-large",
         ),
     ),
     "bench_controller-movielens": Case(
