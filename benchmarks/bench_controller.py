@@ -59,6 +59,8 @@ def held_out(a: argparse.Namespace, ds: Path | None) -> list[suite.TraceSpec]:
     for spec in suite.HELD_OUT:
         if (a.real_only and spec.kind != "log") or (a.no_real and spec.kind == "log"):
             continue
+        if a.only and not any(p in spec.name for p in a.only.split(",")):
+            continue
         if spec.kind == "log" and ds is None:
             print(f"skipped {spec.name}: set HELM_PLAN_DATASETS to the public logs' folder")
             continue
@@ -116,6 +118,8 @@ def main() -> None:
     ap.add_argument("--no-demo", action="store_true")
     ap.add_argument("--ablation", action="store_true")
     ap.add_argument("--real-only", action="store_true", help="only the held-out public logs")
+    ap.add_argument("--only", default=None,
+                    help="comma-separated parts of the held-out names to run (default: all)")  # fmt: skip
     ap.add_argument("--no-real", action="store_true", help="skip the held-out public logs")
     ap.add_argument("--duration-s", type=float, default=None,
                     help="shorten every held-out trace (a tiny run)")  # fmt: skip
