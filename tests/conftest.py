@@ -86,3 +86,14 @@ def small_trace(tmp_path: Path) -> Path:
     p = tmp_path / "small.parquet"
     trace.write(small_table(), p, {"source": "tests.small_table", "seed": 0})
     return p
+
+
+def untimed(summary: dict, also: tuple[str, ...] = ()) -> dict:
+    """A summary without what a clock measured: stage timings (``timings_s``) and the
+    controller's decision latency (measured in the run by its runtime's own timer); ``also``
+    drops more top-level keys."""
+    out = {k: v for k, v in summary.items() if k != "timings_s" and k not in also}
+    if out.get("controller"):
+        out["controller"] = {k: v for k, v in out["controller"].items()
+                             if k != "decision_latency_us"}  # fmt: skip
+    return out

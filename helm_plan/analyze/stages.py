@@ -294,16 +294,21 @@ def stage_policies(
     # the adaptive policies need only the labels, so they run first: a best-static search
     # still finishing in the background (its golden steps are sequential) overlaps them
     env = PolicyEnv(oracle=oracle_cfg, labels=labels)
-    adaptive = list(ADAPTIVE_NAMES)  # the rest of POLICY_NAMES: constant ratios, from the memo
-    ran = (executor or SerialExecutor()).map(
-        policy_task, adaptive, shared=(ctx, node_cfg, env), label=lambda n: f"policy {n}"
-    )
+    ex = executor or SerialExecutor()
+    # the rest of POLICY_NAMES: constant ratios, from the memo; the controller runs once best
+    # static is known: its guard falls back to the ratio this page reports as best static
+    adaptive = [n for n in ADAPTIVE_NAMES if n != "controller"]
+    ran = ex.map(policy_task, adaptive, shared=(ctx, node_cfg, env), label=lambda n: f"policy {n}")
     if static is not None:
         bs, runs = static.result(executor)
     else:
         runs = StaticRuns(ctx, node_cfg, executor)
         runs.get([0.0, 1.0])  # emb-max and kv-max ride along with the grid's first batch
         bs = best_static(ctx, node_cfg, oracle_cfg, None, executor, runs)
+    if "controller" in ADAPTIVE_NAMES:
+        ran += ex.map(policy_task, ["controller"], label=lambda n: f"policy {n}",
+                      shared=(ctx, node_cfg, dataclasses.replace(env, best_static=bs)))  # fmt: skip
+        adaptive.append("controller")
     progress(1, total)
     pw, pols, terms, sens = [], [], [], []
     results: dict[str, NodeResult] = {}
