@@ -128,7 +128,8 @@ def simulate_node(ctx: NodeContext, policy: Policy | np.ndarray, cfg: NodeConfig
         last = runner.step(policy.decide(Observation(w, runner.ratio, last, prev)))
         results.append(last)
     out = collect(results, cfg)
-    stats = policy.stats()
+    # a policy registered on the protocol without subclassing it may lack stats()
+    stats = policy.stats() if hasattr(policy, "stats") else {}
     return dataclasses.replace(out, policy_stats=stats) if stats else out
 
 
