@@ -89,4 +89,15 @@ def small_trace(tmp_path: Path) -> Path:
     return p
 
 
+def untimed(summary: dict, also: tuple[str, ...] = ()) -> dict:
+    """A summary without what a clock measured: stage timings (``timings_s``) and the
+    controller's decision latency (measured in the run by its runtime's own timer); ``also``
+    drops more top-level keys."""
+    out = {k: v for k, v in summary.items() if k != "timings_s" and k not in also}
+    if out.get("controller"):
+        out["controller"] = {k: v for k, v in out["controller"].items()
+                             if k != "decision_latency_us"}  # fmt: skip
+    return out
+
+
 from hostile_ws import ws  # noqa: E402, F401 (the hostile-input workspace fixture)

@@ -1,6 +1,6 @@
 """`helm-plan train`: train the three-layer controller (helm_plan.controller).
 
-Labels every trace (the carry oracle on the coarse grid) or reads label sets
+Labels every trace (the full carry oracle: grid, edge points, Optuna trials) or reads label sets
 (``.npz`` from ``--save-labels``), trains layer 1 with PPO and writes the
 controller ``.npz`` with its card.
 """
@@ -34,7 +34,7 @@ from helm_plan.errors import ConfigError
 def train(
     inputs: ControllerInputsArg,
     out: OutOpt,
-    seed: SeedOpt = training.DEFAULT_ORACLE.seed,
+    seed: SeedOpt = training.LABEL_ORACLE.seed,
     timesteps: TimestepsOpt = None,
     window_s: WindowSOpt = training.DEFAULT_NODE.window_s,
     slo_ms: SloMsOpt = training.DEFAULT_NODE.slo_ms,
@@ -66,7 +66,8 @@ def train(
             )
     if named:
         with task("labelling traces", quiet=quiet or as_json) as progress:
-            traces += training.label_traces(named, ncfg, progress=progress)
+            named = [(n, c, ncfg.for_context(c)) for n, c in named]
+            traces += training.label_traces(named, progress=progress)
     if save_labels is not None:
         dataset.save(traces, save_labels)
     if not traces:

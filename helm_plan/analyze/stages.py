@@ -315,16 +315,21 @@ def stage_policies(
     # the adaptive policies need only the labels, so they run first: a best-static search
     # still finishing in the background (its golden steps are sequential) overlaps them
     env = PolicyEnv(oracle=oracle_cfg, labels=labels)
-    adaptive = list(ADAPTIVE_NAMES)  # the rest of POLICY_NAMES: constant ratios, from the memo
-    ran = (executor or SerialExecutor()).map(
-        policy_task, adaptive, shared=(ctx, node_cfg, env), label=lambda n: f"policy {n}"
-    )
+    ex = executor or SerialExecutor()
+    # the rest of POLICY_NAMES: constant ratios, from the memo; the controller runs once best
+    # static is known: its guard falls back to the ratio this page reports as best static
+    adaptive = [n for n in ADAPTIVE_NAMES if n != "controller"]
+    ran = ex.map(policy_task, adaptive, shared=(ctx, node_cfg, env), label=lambda n: f"policy {n}")
     if static is not None:
         bs, runs = static.result(executor)
     else:
         runs = StaticRuns(ctx, node_cfg, executor)
         runs.get([0.0, 1.0])  # emb-max and kv-max ride along with the grid's first batch
         bs = best_static(ctx, node_cfg, oracle_cfg, None, executor, runs)
+    if "controller" in ADAPTIVE_NAMES:
+        ran += ex.map(policy_task, ["controller"], label=lambda n: f"policy {n}",
+                      shared=(ctx, node_cfg, dataclasses.replace(env, best_static=bs)))  # fmt: skip
+        adaptive.append("controller")
     progress(1, total)
     pw, pols, terms, sens = [], [], [], []
     results: dict[str, NodeResult] = {}
@@ -401,10 +406,32 @@ def stage_policies(
         "oracle_schedule": oracle_schedule,
         "measured_from_window": base.measured_from_window,
         "static_replays": runs.replays,
-        "controller_decision_latency_us": _card_latency(),
+        "controller_decision_latency_us": _measured_latency(results.get("controller")),
+        "controller_card_latency_us": _card_latency(),
+        "controller_guard": _guard(results.get("controller")),
         "flat_tol": oracle_cfg.flat_tol,
     }
     return StageOutput(tables=tables, meta=meta)
+
+
+def _measured_latency(res: NodeResult | None) -> dict[str, float] | None:
+    """The controller's decision latency in this run, by the runtime's own timer (median, p99 µs)."""
+    from helm_plan.controller.validation import latency_summary
+
+    ns = res.policy_stats.get("decision_latency_ns") if res is not None else None
+    return latency_summary(ns) if ns else None
+
+
+def _guard(res: NodeResult | None) -> dict[str, float] | None:
+    """The controller's guard in this run: its anchor and the shares of decisions it fell back
+    or overrode the proposal."""
+    st = res.policy_stats if res is not None else {}
+    n = st.get("decisions", 0)
+    if not n:
+        return None
+    return {"anchor": st["anchor"], "anchor_given": st["anchor_given"],
+            "fallback_share": st["guard_fallback_windows"] / n,
+            "override_share": st["guard_overrides"] / n}  # fmt: skip
 
 
 def _card_latency() -> dict[str, float] | None:

@@ -150,7 +150,8 @@ def label_trace(kw: dict[str, Any], source: str, n_grid_ghost: int) -> dict[str,
               "p99_star_ms": (n_w,), "flat_lo": (n_w,), "flat_hi": (n_w,),
               "h2d_util_star": (n_w,), "ghost_emb": (n_w, n_grid_ghost),
               "ghost_kv": (n_w, n_grid_ghost), "ghost_lookup_bytes": (n_w,),
-              "ghost_ctx_tokens": (n_w,)}  # fmt: skip
+              "ghost_ctx_tokens": (n_w,), "grid_slo_att": (n_w, g), "busy_s": (n_w,),
+              "gain": (n_w, n_grid_ghost), "sched_r": (n_w,)}  # fmt: skip
     for f, want in shapes.items():
         a = _numeric(np.asarray(kw[f]), source, f, hint)
         if want is None:
@@ -163,6 +164,11 @@ def label_trace(kw: dict[str, Any], source: str, n_grid_ghost: int) -> dict[str,
         out[f] = a
     for f in ("grid_r", "ghost_emb", "ghost_kv", "ghost_lookup_bytes", "ghost_ctx_tokens"):
         _finite(out[f], source, f, hint)
+    for f in ("slots", "max_seq_len"):
+        a = np.asarray(kw[f])
+        if a.shape != () or not np.issubdtype(a.dtype, np.integer) or int(a) < 1:
+            raise InputFileError(f"{source}: {f} must be a positive count", hint=hint)
+        out[f] = int(a)
     ratios = np.concatenate([out["grid_r"].ravel(), r_star[np.isfinite(r_star)]])
     if ratios.size and not (ratios.min() >= 0.0 and ratios.max() <= 1.0):
         raise InputFileError(f"{source}: ratios outside [0, 1] in grid_r or r_star", hint=hint)

@@ -68,8 +68,9 @@ def test_summary_matches_separate_simulations(run):
     assert list(got) == [*expect, "controller", "fleet-static"]
     # the plan's fleet split on the analysed node (here one node: the trace itself)
     expect["fleet-static"] = (np.full(n_w, s["capacity"]["operating"]["ratio"]), "throttled")
-    # the shipped controller, run by itself from the policy catalogue on the same node
-    ctl = parse_policy("controller").build(ctx, ncfg, PolicyEnv(oracle=ocfg))
+    # the shipped controller, run by itself from the policy catalogue on the same node, its
+    # guard anchored at the same best static
+    ctl = parse_policy("controller").build(ctx, ncfg, PolicyEnv(oracle=ocfg, best_static=bs))
     r = simulate_node(ctx, ctl.policy, dataclasses.replace(ncfg, refill=ctl.refill or ncfg.refill))
     assert got["controller"]["p99_ms"] == pytest.approx(r.p99_ms, rel=1e-12)
     c = s["controller"]
