@@ -62,8 +62,9 @@ def controller_arrays(
     weights: Mapping[str, np.ndarray], shifts: np.ndarray, n_features: int, source: str
 ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
     """The actor's layers ``(W, b)`` and the shifts, checked: present, 2-D/1-D, chained shapes
-    (``n_features`` inputs, one output per shift), numeric and finite; shifts finite, in
-    [-1, 1], distinct, with one zero (the hold action). ConfigError names ``source``."""
+    (``n_features`` inputs, one output per shift), numeric and finite; shifts in [-1, 1],
+    distinct, with one zero (the hold action), and at most one NaN (the jump to the measured
+    curve's optimum). ConfigError names ``source``."""
     hint, err = CONTROLLER_HINT, ConfigError
     n = sum(1 for k in weights if k.startswith("W") and k[1:].isdigit())
     Ws: list[np.ndarray] = []
@@ -96,11 +97,18 @@ def controller_arrays(
     if s.ndim != 1 or len(s) < 2:
         raise err(f"{source}: shifts has shape {s.shape}, the actor needs 2 or more shifts of r",
                   hint=hint)  # fmt: skip
-    _finite(s, source, "shifts", hint, err)
+    # one NaN shift is the jump to the measured curve's optimum (controller.runtime); any other
+    # non-finite shift is a broken file
+    jumps = int(np.isnan(s).sum())
+    if jumps > 1 or np.isinf(s).any():
+        bad = int((~np.isfinite(s)).sum())
+        raise err(f"{source}: shifts holds {bad} NaN or infinite values (one NaN, the jump to the "
+                  "curve's optimum, at most)", hint=hint)  # fmt: skip
     if Ws[-1].shape[0] != len(s):
         raise err(f"{source}: the actor has {Ws[-1].shape[0]} actions for {len(s)} shifts",
                   hint=hint)  # fmt: skip
-    if np.abs(s).max() > 1.0 or len(np.unique(s)) != len(s) or not (s == 0.0).any():
+    f = s[np.isfinite(s)]
+    if len(f) < 2 or np.abs(f).max() > 1.0 or len(np.unique(f)) != len(f) or not (f == 0.0).any():
         raise err(f"{source}: shifts {s.tolist()} must be distinct shifts of r in [-1, 1], "
                   "one of them 0 (hold)", hint=hint)  # fmt: skip
     return Ws, bs, s

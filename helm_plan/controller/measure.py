@@ -83,7 +83,8 @@ class NodeMeter:
     """The node's ghost caches and the feature function over its windows."""
 
     def __init__(self, ctx: NodeContext, cfg: NodeConfig, delta: float = GHOST_DELTA) -> None:
-        self.ctx, self.cfg, self.delta = ctx, cfg, delta
+        # the SLO rule (NodeConfig.for_context): None means the model's default_slo_ms
+        self.ctx, self.cfg, self.delta = ctx, cfg.for_context(ctx), delta
         self.ghost = Ghost(ctx.workload, ctx.pool_bytes, ctx.model.kv_bytes_per_token)
         self.costs = cost_coefficients(ctx)
 

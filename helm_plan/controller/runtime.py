@@ -173,7 +173,7 @@ class Controller:
         self._shift_list = [float(v) for v in self.shifts]
         self._Wa = [np.hstack([W, b[:, None]]) for W, b in zip(self._W, self._b, strict=True)]
         self._hs = [np.ones(W.shape[1] + 1) for W in self._W]  # inputs of each layer, then 1
-        self._hold = int(np.argmin(np.abs(self.shifts)))  # the zero shift
+        self._hold = int(np.nanargmin(np.abs(self.shifts)))  # the zero shift (NaN: the jump)
         self.reset()
 
     # -------------------------------------------------------------- files

@@ -51,11 +51,14 @@ BAD_CONTROLLERS = {
     "no-b0": ({"b0": None}, "no b0"),
     "b2-short": ({"b2": SHIPPED["b2"][:3]}, "b2 has shape (3,)"),
     "no-shifts-left": ({"shifts": np.zeros(0)}, "shifts has shape (0,)"),
-    "zero-shifts": ({"shifts": np.zeros(9)}, "must be distinct shifts"),
-    "nan-weights": ({"W0": _nan(SHIPPED["W0"])}, "W0 holds 576 NaN"),
+    "zero-shifts": ({"shifts": np.zeros(len(SHIPPED["shifts"]))}, "must be distinct shifts"),
+    "nan-weights": ({"W0": _nan(SHIPPED["W0"])}, f"W0 holds {SHIPPED['W0'].size} NaN"),
     "nan-bias": ({"b1": _nan(SHIPPED["b1"], 3)}, "b1 holds 1 NaN"),
-    "nan-shift": ({"shifts": _nan(SHIPPED["shifts"], 0)}, "shifts holds 1 NaN"),
-    "text-weights": ({"W0": np.full((32, 18), "x")}, "W0 holds <U1 values"),
+    # the shipped actor's one NaN shift is its jump action: a second is refused
+    "nan-shift": ({"shifts": _nan(SHIPPED["shifts"], 0)}, "shifts holds 2 NaN"),
+    "inf-shift": ({"shifts": np.where(np.isnan(SHIPPED["shifts"]), np.inf, SHIPPED["shifts"])},
+                  "shifts holds 1 NaN or infinite"),
+    "text-weights": ({"W0": np.full(SHIPPED["W0"].shape, "x")}, "W0 holds <U1 values"),
     "other-features": ({"feature_version": np.array("0")}, "trained on feature version 0"),
     "pickled": ({"W0": np.array([object()], dtype=object)}, "cannot read"),
 }
@@ -89,7 +92,9 @@ def test_the_shipped_controller_loads_and_decides_like_its_arrays():
     last = len(c._W) - 1
     logits = SHIPPED[f"W{last}"] @ h + SHIPPED[f"b{last}"]
     c0 = c.with_config(dataclasses.replace(c.cfg, hold_margin=0.0))
-    assert c0.base_shift(x) == SHIPPED["shifts"][int(np.argmax(logits))]
+    # the shift of the argmax logit (NaN: the jump to the curve's optimum)
+    assert np.array_equal([c0.base_shift(x)], [SHIPPED["shifts"][int(np.argmax(logits))]],
+                          equal_nan=True)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- label sets
@@ -108,7 +113,9 @@ def _label_trace(n_w: int = 3, g: int = 4) -> dataset.LabelTrace:
         ghost_emb=rng.uniform(0, 1, (n_w, GRID_POINTS)),
         ghost_kv=rng.uniform(0, 1, (n_w, GRID_POINTS)),
         ghost_lookup_bytes=np.full(n_w, 100.0), ghost_ctx_tokens=np.full(n_w, 50.0),
-        emb_s_per_byte=1e-9, kv_s_per_token=1e-7,
+        grid_slo_att=rng.uniform(0.9, 1, (n_w, g)), busy_s=np.full(n_w, 3.0),
+        gain=rng.uniform(-0.1, 0.1, (n_w, GRID_POINTS)), sched_r=np.full(n_w, 0.4),
+        emb_s_per_byte=1e-9, kv_s_per_token=1e-7, slots=1, max_seq_len=1024,
     )  # fmt: skip
 
 
@@ -209,5 +216,5 @@ def test_a_nan_controller_is_never_run(tmp_path, small_trace):
                  ["validate", str(p), str(small_trace)]):  # fmt: skip
         r = CliRunner().invoke(app, args)
         assert r.exit_code == 2 and r.stdout == "", (args, r.output)
-        assert r.stderr.startswith("error: ") and "W0 holds 576 NaN" in r.stderr
+        assert r.stderr.startswith("error: ") and f"W0 holds {SHIPPED['W0'].size} NaN" in r.stderr
         assert json.dumps(r.stderr).count("\\n") == 1  # one line
