@@ -109,17 +109,21 @@ CASES = {
     ),
     "bench_controller": Case(
         "bench_controller",
-        "--traces 1 --no-real --duration-s 30 --json {d}/controller.json",
+        "--traces 1 --no-real --no-demo --duration-s 30 --load-scale 0.1 --trials 0 --fleet 2 "
+        "--json {d}/controller.json",
         (
-            "| figure | measured | target |",
-            "| P99 regret vs oracle schedule",
-            "| trace | base | base+adapter | all three | hill-climb | oracle | best static |",
+            "| figure | measured | peer (same run) | ratio | target |",
+            "| controller vs best static, worst held-out trace (synth:mixed:gr-large",
+            "| fleet of 2, controller per node vs best static per node",
+            "| decision latency measured in these runs",
+            "| controller (PPO) vs threshold rule, synth:mixed:gr-large",
         ),
     ),
-    "bench_controller-amazon": Case(
+    "bench_controller-movielens": Case(
         "bench_controller",
-        "--real-only --json {d}/controller.json",
-        ("| figure | measured | target |", "| amazon-video-games | "),
+        "--real-only --traces 1 --duration-s 30 --load-scale 0.1 --trials 0 --fleet 0 "
+        "--json {d}/controller.json",
+        ("| figure | measured | peer (same run) | ratio | target |", "log:movielens/azure"),
         _datasets,
     ),
     "bench_exec": Case(

@@ -300,6 +300,8 @@ def serve_request(
             item = hist[base - n + x]
         elif explicit:
             item = cvals[coff[i] + x - n]
+            if item < 0:  # a routed node's copy of a draw made before any token
+                continue
         else:
             item = draw_candidate(seed, i, x - n, tok_off, tok_ring, window)
             if item < 0:
@@ -390,8 +392,8 @@ def replay(
 
 
 @nb.njit(cache=True)
-def count_stream(n_computed, ncand, tok_off, explicit, start, item_keys, hist_tab, cand_tab):
-    """Per-request EMB lookups (keys) of requests ``start..`` given their computed tokens."""
+def count_stream(n_computed, ncand, tok_off, explicit, idx, item_keys, hist_tab, cand_tab):
+    """Per-request EMB lookups (keys) of requests ``idx`` (ascending) given their computed tokens."""
     n_h = 0
     n_c = 0
     for t in range(item_keys.shape[1]):
@@ -399,7 +401,7 @@ def count_stream(n_computed, ncand, tok_off, explicit, start, item_keys, hist_ta
         n_c += cand_tab[t]
     out = np.empty(n_computed.shape[0], np.int64)
     for j in range(n_computed.shape[0]):
-        i = start + j
+        i = idx[j]
         m = ncand[i] if explicit or tok_off[i + 1] > 0 else 0  # nothing to draw from yet
         out[j] = n_computed[j] * n_h + m * n_c
     return out
@@ -408,12 +410,14 @@ def count_stream(n_computed, ncand, tok_off, explicit, start, item_keys, hist_ta
 @nb.njit(cache=True)
 def fill_stream(
     user, hist_end, uoff, hist, tok_off, tok_ring, tok_top, coff, cvals, ncand, explicit,
-    seed, window, start, n_computed, item_keys, hist_tab, cand_tab, offs, ids,
+    seed, window, idx, n_computed, item_keys, hist_tab, cand_tab, offs, ids,
 ):  # fmt: skip
-    """The EMB key stream of requests ``start..``: history tokens, then candidates, table by table."""
+    """The EMB key stream of requests ``idx`` (ascending; a span, or one node's requests in a
+    cluster: the ring of implicit draws jumps over the others): history tokens, then
+    candidates, table by table."""
     n_tab = item_keys.shape[1]
     for j in range(n_computed.shape[0]):
-        i = start + j
+        i = idx[j]
         base = uoff[user[i]] + hist_end[i]
         n = n_computed[j]
         w = offs[j]
@@ -424,6 +428,8 @@ def fill_stream(
                 item = hist[base - n + x]
             elif explicit:
                 item = cvals[coff[i] + x - n]
+                if item < 0:  # a routed node's copy of a draw made before any token
+                    continue
             else:
                 item = draw_candidate(seed, i, x - n, tok_off, tok_ring, window)
                 if item < 0:

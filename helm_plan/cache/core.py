@@ -379,29 +379,43 @@ def kv_pass(wl: Workload, kv_tokens: int) -> ReplayResult:
 
 
 def lookup_stream(
-    wl: Workload, n_computed: np.ndarray, start: int = 0, stop: int | None = None
+    wl: Workload,
+    n_computed: np.ndarray,
+    start: int = 0,
+    stop: int | None = None,
+    requests: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The EMB key stream of requests ``[start, stop)`` given their computed tokens.
+    """The EMB key stream of requests ``[start, stop)`` given their computed tokens, or of the
+    trace indices ``requests`` (ascending; e.g. one cluster node's requests) when given.
 
-    Returns (keys int32, per-request offsets int64 of len stop-start+1).
+    Returns (keys int32, per-request offsets int64 of len(requests) + 1).
     """
     a, k = wl.arrays, wl.keys
-    stop = a.n_requests if stop is None else stop
+    if requests is None:
+        stop = a.n_requests if stop is None else stop
+        idx = np.arange(start, stop, dtype=np.int64)
+    else:
+        idx = np.ascontiguousarray(requests, np.int64)
+        if len(idx) and (idx[0] < 0 or idx[-1] >= a.n_requests or np.any(np.diff(idx) <= 0)):
+            raise ConfigError(
+                "requests must be ascending trace indices within the trace",
+                hint="pass the sorted indices of the requests a node served",
+            )
     n_computed = np.ascontiguousarray(n_computed, np.int64)
-    if len(n_computed) != stop - start:
+    if len(n_computed) != len(idx):
         raise ConfigError(
-            f"n_computed has {len(n_computed)} entries for a span of {stop - start}",
+            f"n_computed has {len(n_computed)} entries for a span of {len(idx)}",
             hint="pass one computed-token count per request of the span",
         )
-    per = K.count_stream(n_computed, a.n_cand, a.tok_off, a.explicit_candidates, start,
+    per = K.count_stream(n_computed, a.n_cand, a.tok_off, a.explicit_candidates, idx,
                          k.item_keys, k.hist_tables, k.cand_tables)  # fmt: skip
-    offs = np.zeros(stop - start + 1, np.int64)
+    offs = np.zeros(len(idx) + 1, np.int64)
     np.cumsum(per, out=offs[1:])
     ids = np.empty(int(offs[-1]), np.int32)
     K.fill_stream(
         a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off, *token_ring(a),
         a.cand_offsets, a.cand_values, a.n_cand, a.explicit_candidates,
-        a.candidate_seed, a.candidate_window_tokens, start, n_computed,
+        a.candidate_seed, a.candidate_window_tokens, idx, n_computed,
         k.item_keys, k.hist_tables, k.cand_tables, offs, ids,
     )  # fmt: skip
     release_spilled()

@@ -155,7 +155,7 @@ def ingest_to_file(
     path: str | os.PathLike[str], out: str | os.PathLike[str], cfg: IngestConfig
 ) -> IngestReport:
     """Convert ``path`` and atomically write the trace to ``out`` (nothing written on error)."""
-    io.check_output(out, path, cfg.arrivals)
+    io.check_outputs({"-o": out}, [path, cfg.arrivals])
     table, report = ingest(path, cfg)
     trace.write(table, out, provenance(path, cfg, report))
     return dataclasses.replace(report, out=str(out))

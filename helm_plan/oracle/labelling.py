@@ -145,6 +145,7 @@ def label_windows(
     training environment reads it); False stores the evaluated points instead and
     searches with fewer evaluations (what ``analyze`` needs: ``r*`` and the flat band).
     """
+    node_cfg = node_cfg.for_context(ctx)  # the labels record the SLO they were made for
     edges = ctx.edges(node_cfg.window_s)
     n_w = len(edges) - 1
     run = None

@@ -157,22 +157,34 @@ def read_labels(path: str | os.PathLike[str]) -> Labels:
             hint="check the file is a labels parquet written by `helm-plan oracle`",
         ) from e
     md = tbl.schema.metadata or {}
-    if b"helm_plan.labels_schema_version" not in md:
+    hint = "make the labels file with `helm-plan oracle TRACE -o FILE`"
+    version = md.get(b"helm_plan.labels_schema_version")
+    if version is None:
         raise InputFileError(
             f"{p} is not a helm-plan labels file (no labels schema version in its metadata)",
             hint="make one with `helm-plan oracle TRACE -o FILE`",
         )
+    if version.decode(errors="replace") != LABELS_SCHEMA_VERSION:
+        raise InputFileError(f"{p} has labels schema {version.decode(errors='replace')}, this "
+                             f"helm-plan reads {LABELS_SCHEMA_VERSION}", hint=hint)  # fmt: skip
     df = pl.from_arrow(tbl)
     assert isinstance(df, pl.DataFrame)
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
-        raise InputFileError(
-            f"labels file {p} is missing column {missing[0]!r}",
-            hint="make the labels file with `helm-plan oracle TRACE -o FILE`",
-        )
-    return Labels(
-        table=df,
-        window_s=float(md[b"helm_plan.window_s"]),
-        coarse_grid=tuple(json.loads(md[b"helm_plan.coarse_grid"])),
-        meta=json.loads(md.get(b"helm_plan.oracle", b"{}")),
-    )
+        raise InputFileError(f"labels file {p} is missing column {missing[0]!r}", hint=hint)
+    try:
+        window_s = float(md[b"helm_plan.window_s"])
+        grid = tuple(float(r) for r in json.loads(md[b"helm_plan.coarse_grid"]))
+        meta = json.loads(md.get(b"helm_plan.oracle", b"{}"))
+        r_star = df["r_star"].cast(pl.Float64).to_numpy()
+    except (KeyError, ValueError, TypeError, pl.exceptions.PolarsError) as e:
+        raise InputFileError(f"labels file {p} has unreadable metadata or r_star: {e}",
+                             hint=hint) from e  # fmt: skip
+    ok = r_star[~np.isnan(r_star)]
+    if not (np.isfinite(window_s) and window_s > 0) or not all(0 <= r <= 1 for r in grid):
+        raise InputFileError(f"labels file {p}: window_s {window_s} or coarse grid {grid} is "
+                             "out of range", hint=hint)  # fmt: skip
+    if ok.size and not (ok.min() >= 0.0 and ok.max() <= 1.0):
+        raise InputFileError(f"labels file {p}: r_star holds ratios outside [0, 1] "
+                             f"({ok.min():g} .. {ok.max():g})", hint=hint)  # fmt: skip
+    return Labels(table=df, window_s=window_s, coarse_grid=grid, meta=meta)

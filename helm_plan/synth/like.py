@@ -232,7 +232,11 @@ def fit(path: str | os.PathLike[str], *, progress: Progress | None = None) -> Li
     )
 
 
-def like_config(f: LikeFit, *, scale: float = 10.0, **overrides: Any) -> SynthConfig:
+LIKE_SCALE = 10.0
+"""Default factor ``like_config`` (and ``synth --like``) scales users, QPS and the catalog by."""
+
+
+def like_config(f: LikeFit, *, scale: float = LIKE_SCALE, **overrides: Any) -> SynthConfig:
     """A SynthConfig reproducing ``f`` with users, QPS and the catalog scaled by ``scale``.
 
     ``overrides`` (any SynthConfig field, e.g. ``qps=...``) win over the scaled values;

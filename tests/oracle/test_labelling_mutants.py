@@ -39,7 +39,7 @@ def _ctx(ts=(), edges=(0,), bw=BW):
         first_visit=np.ones(len(ts), bool),
         ctx_len=np.arange(len(ts), dtype=np.int64) + 10,
         gpu=SimpleNamespace(name="gpu-x"),
-        model=SimpleNamespace(name="model-y"),
+        model=SimpleNamespace(name="model-y", default_slo_ms=100.0),
         pool_bytes=12345,
         pool_source="fraction 0.3",
         edges=lambda window_s: np.asarray(edges, np.int64),
@@ -48,7 +48,7 @@ def _ctx(ts=(), edges=(0,), bw=BW):
 
 def test_label_row_by_hand():
     ocfg = OracleConfig(coarse_step=0.5, flat_tol=0.1)
-    ncfg = NodeConfig(window_s=2.0)
+    ncfg = NodeConfig(window_s=2.0, slo_ms=100.0)
     pts = {0.0: 12.0, 0.3: 10.5, 0.5: 10.0, 0.7: 11.5, 1.0: 20.0}
     full = {r: _ev(r, p, miss=int(r * 1000)) for r, p in pts.items()}
     evals = {r: (e.p99_ms, e.slo_attainment, e.mean_ms) for r, e in full.items()}
@@ -123,7 +123,7 @@ def spans(monkeypatch):
 
 def test_window_task_warms_on_the_previous_windows(spans):
     calls, seeds = spans
-    ctx, ncfg = _ctx(TS, EDGES), NodeConfig(window_s=2.0)
+    ctx, ncfg = _ctx(TS, EDGES), NodeConfig(window_s=2.0, slo_ms=100.0)
     ocfg = OracleConfig(grid_step=0.25, coarse_step=0.5, seed=9, warmup_windows=2)
     edges = np.array(EDGES)
     row = lb.window_task((ctx, ncfg, ocfg, edges, True), 3)
@@ -168,7 +168,7 @@ GRID_COLS = {f"{m}_{s}" for s in ("r000", "r050", "r100")
 
 
 def test_label_windows_in_window_mode(spans):
-    ctx, ncfg = _ctx(TS, EDGES), NodeConfig(window_s=2.0)
+    ctx, ncfg = _ctx(TS, EDGES), NodeConfig(window_s=2.0, slo_ms=100.0)
     ocfg = OracleConfig(grid_step=0.25, coarse_step=0.5, warmup="window", warmup_windows=1)
     ex = Recording()
     seen = []
@@ -216,7 +216,7 @@ def test_label_windows_in_window_mode(spans):
 
 def test_label_windows_window_mode_runs_serially_by_default(spans):
     calls, _ = spans
-    ctx, ncfg = _ctx(TS, EDGES), NodeConfig(window_s=2.0)
+    ctx, ncfg = _ctx(TS, EDGES), NodeConfig(window_s=2.0, slo_ms=100.0)
     ocfg = OracleConfig(grid_step=0.25, coarse_step=0.5, warmup="window", warmup_windows=0)
     seen = []
     lab = lb.label_windows(ctx, ncfg, ocfg, progress=lambda d, t: seen.append((d, t)))
@@ -239,7 +239,7 @@ def test_label_windows_in_carry_mode(monkeypatch):
         return rows, "the run"
 
     monkeypatch.setattr(lb, "carry_rows", carry_rows)
-    ctx, ncfg = _ctx(TS, EDGES, bw=50.0), NodeConfig(window_s=2.0)
+    ctx, ncfg = _ctx(TS, EDGES, bw=50.0), NodeConfig(window_s=2.0, slo_ms=100.0)
     ocfg = OracleConfig(coarse_step=0.5, flat_tol=0.0)
     ex, prog = object(), object()
     lab = lb.label_windows(ctx, ncfg, ocfg, progress=prog, executor=ex)
