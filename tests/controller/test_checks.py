@@ -56,8 +56,10 @@ BAD_CONTROLLERS = {
     "nan-bias": ({"b1": _nan(SHIPPED["b1"], 3)}, "b1 holds 1 NaN"),
     # the shipped actor's one NaN shift is its jump action: a second is refused
     "nan-shift": ({"shifts": _nan(SHIPPED["shifts"], 0)}, "shifts holds 2 NaN"),
-    "inf-shift": ({"shifts": np.where(np.isnan(SHIPPED["shifts"]), np.inf, SHIPPED["shifts"])},
-                  "shifts holds 1 NaN or infinite"),
+    "inf-shift": (
+        {"shifts": np.where(np.isnan(SHIPPED["shifts"]), np.inf, SHIPPED["shifts"])},
+        "shifts holds 1 NaN or infinite",
+    ),
     "text-weights": ({"W0": np.full(SHIPPED["W0"].shape, "x")}, "W0 holds <U1 values"),
     "other-features": ({"feature_version": np.array("0")}, "trained on feature version 0"),
     "pickled": ({"W0": np.array([object()], dtype=object)}, "cannot read"),
