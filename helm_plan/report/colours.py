@@ -22,6 +22,8 @@ POLICY_COLOURS = {
     "adaptive": "#4f8f3a",
     "controller": "#e377c2",
     "hill-climb": "#8c564b",
+    "threshold": "#6a3d9a",
+    "fleet-static": "#0b2545",
     "oracle": "#17becf",
     "static": "#7f7f7f",
     "schedule": "#bcbd22",
