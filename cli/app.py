@@ -24,9 +24,10 @@ try:  # typer >= 0.20 vendors click
 except ImportError:  # pragma: no cover - older typer on click itself
     from click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
-from helm_plan_cli._interrupt import SIGNALLED
-from helm_plan_cli.main import INTERRUPT_LINE, INTERRUPTED
+from helm_plan_cli._interrupt import INTERRUPT_LINE, INTERRUPTED, SIGNALLED
+from helm_plan_cli.output import emit_error, emit_line, emit_notes
 
+from helm_plan._version import __version__
 from helm_plan.errors import HelmPlanError, HelmPlanNote
 
 _debug = {"on": False}
@@ -56,7 +57,7 @@ logging.getLogger("optuna.study._optimize").addFilter(_DropInterruptedTrials())
 
 
 def _fail(message: str, code: int) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    emit_error(message)
     return typer.Exit(code)
 
 
@@ -65,7 +66,7 @@ def _note_printer(fallback: Any) -> Any:  # noqa: ANN401
 
     def show(message: Any, category: type[Warning], *args: Any, **kw: Any) -> None:
         if issubclass(category, HelmPlanNote):
-            typer.echo(f"note: {message}", err=True)
+            emit_notes([str(message)])
         else:
             fallback(message, category, *args, **kw)
 
@@ -95,8 +96,26 @@ def _usage_line(e: UsageError, args: list[str]) -> str:
     return f"{msg}; see `{cmd} --help` for the valid options and values"
 
 
+def _untyped_flags(params: list[Any]) -> list[Any]:
+    """``params`` with the type column of every flag left empty: a flag takes no value, so
+    ``<bool>`` beside it would only mislead (typer shows the annotation's type)."""
+    for p in params:
+        if getattr(p, "is_flag", False):
+            p.metavar = ""
+    return params
+
+
 class _Group(TyperGroup):
     """Maps library errors to one line on stderr and a non-zero exit (traceback with --debug)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:  # noqa: ANN401
+        return _untyped_flags(super().get_params(ctx))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:  # noqa: ANN401
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None:
+            _untyped_flags(cmd.get_params(ctx))
+        return cmd
 
     def main(self, args: Any = None, prog_name: Any = None, *a: Any, **kw: Any) -> Any:  # noqa: ANN401
         standalone = kw.pop("standalone_mode", True)
@@ -111,17 +130,17 @@ class _Group(TyperGroup):
             if not standalone:
                 raise
             given = list(sys.argv[1:] if args is None else args)
-            typer.echo(f"error: {_usage_line(e, given)}", err=True)
+            emit_error(_usage_line(e, given))
             sys.exit(2)
         except ClickException as e:
             if not standalone:
                 raise
-            typer.echo(f"error: {e.format_message()}; see `helm-plan --help`", err=True)
+            emit_error(f"{e.format_message()}; see `helm-plan --help`")
             sys.exit(e.exit_code)
         except Abort:
             if not standalone:
                 raise
-            typer.echo(INTERRUPT_LINE, err=True)
+            emit_error(INTERRUPT_LINE.removeprefix("error: "))
             sys.exit(INTERRUPTED)
         if not standalone:
             return rv
@@ -171,9 +190,21 @@ app = typer.Typer(
 )
 
 
+def _version(shown: bool) -> None:
+    if shown:
+        emit_line(f"helm-plan {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", callback=_version, is_eager=True
+        ),
+    ] = False,
 ) -> None:
     _debug["on"] = debug
 

@@ -17,10 +17,9 @@ import sys
 import threading
 from typing import Any
 
-from helm_plan_cli._interrupt import SIGNALLED
+from helm_plan_cli._interrupt import INTERRUPT_LINE, INTERRUPTED, SIGNALLED
 
-INTERRUPTED = 130
-INTERRUPT_LINE = "error: interrupted; finished outputs are kept, rerun to resume"
+__all__ = ["INTERRUPTED", "INTERRUPT_LINE", "main"]
 
 
 def __getattr__(name: str) -> Any:  # noqa: ANN401

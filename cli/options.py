@@ -1,19 +1,32 @@
-"""Shared CLI options, defined once as ``Annotated`` aliases."""
+"""Shared CLI options, defined once as ``Annotated`` aliases; defaults come from the configs.
+
+No default is typed here or in a command: each is read from the config dataclass the
+option sets (``NodeConfig``, ``ExecutorConfig``, ``AnalyzeConfig``, ...), so ``--help``
+and the library cannot disagree.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from helm_plan.analyze import AnalyzeConfig
 from helm_plan.errors import ConfigError
+from helm_plan.exec import ExecutorConfig
 from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL
-from helm_plan.sim import NodeConfig
+from helm_plan.sim import NodeConfig, NodeContext, load_context
+from helm_plan.synth import SynthConfig
 
 NODE = NodeConfig()
-"""The node simulator's defaults (slo_ms, window_s, slots, refill, ...), read once here."""
+"""The node simulator's defaults (window_s, slots, refill, ...), read once here."""
+EXECUTOR = ExecutorConfig()
+"""Where parallel tasks run by default (kind, workers), read once here."""
+ANALYZE = AnalyzeConfig()
+"""analyze's defaults (its options default to None: the plan file, then these)."""
 
 TraceArg = Annotated[
     Path, typer.Argument(help="Canonical request trace (parquet).", show_default=False)
@@ -60,9 +73,12 @@ PoolFractionOpt = Annotated[
     float | None,
     typer.Option("--pool-fraction", help="Cache pool as a share of the trace's EMB+KV footprint."),
 ]
-SloMsOpt = Annotated[
-    float, typer.Option("--slo-ms", help="P99 latency SLO in milliseconds (online ranking budget).")
-]
+SLO_HELP = (
+    "P99 latency SLO in milliseconds (default: the model profile's default_slo_ms, "
+    "as `helm-plan profiles` lists it)."
+)
+"""The one SLO rule, as every command's --help states it (helm_plan.profiles.resolve_slo_ms)."""
+SloMsOpt = Annotated[float | None, typer.Option("--slo-ms", help=SLO_HELP, show_default=False)]
 WindowSOpt = Annotated[float, typer.Option("--window-s", help="Window length in seconds.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for every random choice.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON object instead of a table.")]
@@ -81,7 +97,8 @@ ExecutorOptionalOpt = Annotated[
     str | None,
     typer.Option(
         "--executor",
-        help="Where parallel tasks run: local or ray (default: local). Never changes a result.",
+        help=f"Where parallel tasks run: local or ray (default: {EXECUTOR.kind}). "
+        "Never changes a result.",
     ),
 ]
 RayAddressOpt = Annotated[
@@ -124,7 +141,8 @@ ModelOptionalOpt = Annotated[
 RegimeOpt = Annotated[
     str | None,
     typer.Option(
-        "--regime", help="Arrival regime: steady, trend, burst or mixed (default: steady)."
+        "--regime",
+        help=f"Arrival regime: steady, trend, burst or mixed (default: {SynthConfig().regime}).",
     ),
 ]
 QpsOpt = Annotated[
@@ -204,20 +222,19 @@ ModelProfileOptionalOpt = Annotated[
     str | None,
     typer.Option("--model", help=f"Model profile name or TOML path (default: {DEFAULT_MODEL})."),
 ]
-SloMsOptionalOpt = Annotated[
-    float | None,
-    typer.Option("--slo-ms", help=f"P99 latency SLO in milliseconds (default: {NODE.slo_ms:g})."),
-]
 WindowSOptionalOpt = Annotated[
     float | None,
     typer.Option("--window-s", help=f"Window length in seconds (default: {NODE.window_s:g})."),
 ]
 SeedOptionalOpt = Annotated[
-    int | None, typer.Option("--seed", help="Seed for every random choice (default: 0).")
+    int | None,
+    typer.Option("--seed", help=f"Seed for every random choice (default: {ANALYZE.seed})."),
 ]
 WorkersOptionalOpt = Annotated[
     int | None,
-    typer.Option("--workers", help="Parallel worker processes (0 = all cores) (default: 1)."),
+    typer.Option(
+        "--workers", help=f"Parallel worker processes (0 = all cores) (default: {ANALYZE.workers})."
+    ),
 ]
 
 
@@ -250,14 +267,6 @@ BatchingOpt = Annotated[
         "everything waiting).",
     ),
 ]
-SloMsModelOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--slo-ms",
-        help="P99 latency SLO in milliseconds (default: the model profile's default_slo_ms).",
-        show_default=False,
-    ),
-]
 
 # plan and analyze: the traffic being planned for
 AttainmentOpt = Annotated[
@@ -268,6 +277,25 @@ PeakQpsOpt = Annotated[
     typer.Option(
         "--peak-qps", help="Plan for this rate in the busiest window (req/s).", show_default=False
     ),  # fmt: skip
+]
+ScaleByOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--scale-by",
+        help="The traffic model of --peak-qps / --scale: users (default: the trace's users cloned "
+        "on its own timeline, its bursts kept at full height), users-shifted (clones shifted in "
+        "time: bursts smoothed, optimistic) or time (compressed: users return sooner).",
+        show_default=False,
+    ),
+]
+GpusListOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--gpus",
+        help="Comma list of GPU profiles (names or TOML paths) the plan compares (default: every "
+        "shipped one; --gpu is always planned and is the one the later sections analyse).",
+        show_default=False,
+    ),
 ]
 ScaleOpt = Annotated[
     float | None,
@@ -291,3 +319,46 @@ NoCapacityOpt = Annotated[
         help="Skip planning: analyse the trace at its own load on one node.",
     ),
 ]
+
+
+# --- train and validate: one options group (controllers and their label sets)
+ControllerInputsArg = Annotated[
+    list[Path],
+    typer.Argument(help="Canonical traces (.parquet) or label sets (.npz from --save-labels).",
+                   show_default=False),
+]  # fmt: skip
+ControllerTracesArg = Annotated[
+    list[Path], typer.Argument(help="Canonical traces.", show_default=False)
+]
+ControllerArg = Annotated[
+    Path,
+    typer.Argument(help="Controller .npz (from `helm-plan train`).", show_default=False),
+]
+TimestepsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--timesteps",
+        help="PPO environment steps (default: total_timesteps of helm_plan.controller.ppo.Args).",
+        show_default=False,
+    ),
+]
+SaveLabelsOpt = Annotated[
+    Path | None,
+    typer.Option("--save-labels", help="Also write the label set (.npz) here.", show_default=False),
+]
+AblationOpt = Annotated[
+    bool, typer.Option("--ablation/--no-ablation", help="Also run base and base+adapter.")
+]
+
+
+def controller_node(window_s: float, slo_ms: float | None) -> NodeConfig:
+    """The node config of train and validate (the SLO resolves per trace's model)."""
+    return NodeConfig(window_s=window_s, slo_ms=slo_ms)
+
+
+def trace_contexts(
+    paths: Iterable[Path], pool_fraction: float | None, seed: int
+) -> Iterator[tuple[str, NodeContext]]:
+    """(name, node context) of each trace train and validate read, loaded one at a time."""
+    for p in paths:
+        yield str(p), load_context(p, pool_fraction=pool_fraction, seed=seed)

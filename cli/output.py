@@ -1,4 +1,7 @@
-"""One way every command prints its results: a rich table, or JSON with ``schema_version``.
+"""The one output sink: every line the CLI prints goes through here.
+
+Results go to stdout (a rich table, plain lines, or JSON with ``schema_version``);
+notes (``note: ...``) and errors (``error: <problem>; <fix>``) to stderr, one line each.
 
 ``--json`` documents are always valid JSON: NaN and infinities become ``null``
 (``json.dumps`` would write the invalid tokens ``NaN``/``Infinity``), numpy
@@ -36,16 +39,30 @@ def emit_json(command: str, doc: Mapping[str, Any] | Any) -> None:
 
 
 def emit_table(*tables: Table | str) -> None:
-    """Print rich tables (or lines of text) on stdout."""
+    """Print rich tables (or lines of text, see :func:`emit_line`) on stdout."""
     for t in tables:
-        # Lines of text are never wrapped: scripts read them, and a pipe has no width.
-        out_console.print(t, soft_wrap=isinstance(t, str))
+        if isinstance(t, str):
+            emit_line(t)
+        else:
+            out_console.print(t)
+
+
+def emit_line(*lines: str) -> None:
+    """Print lines of text on stdout as they are: never wrapped (scripts read them, and a pipe
+    has no width) and never read as rich markup (a path may hold ``[...]``)."""
+    for line in lines:
+        typer.echo(line)
 
 
 def emit_notes(notes: Iterable[str]) -> None:
     """Print each note as one ``note: ...`` line on stderr."""
     for note in notes:
         typer.echo(f"note: {note}", err=True)
+
+
+def emit_error(line: str) -> None:
+    """Print ``error: <line>`` on stderr (``line`` is ``<problem>; <fix>``)."""
+    typer.echo(f"error: {line}", err=True)
 
 
 def kv_table(title: str, rows: Iterable[tuple[str, str]], *, value_header: str = "value") -> Table:

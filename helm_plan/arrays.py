@@ -75,7 +75,8 @@ class TraceArrays:
     @property
     def holds_tokens(self) -> bool:
         """False for a columns-only load (:mod:`helm_plan.cache.sampled`): nothing to replay."""
-        toks = int(self.tok_off[-1]) == len(self.hist_values)
+        # a routed node's share (plan.routed) names only a prefix of some users' histories
+        toks = int(self.tok_off[-1]) <= len(self.hist_values)
         return toks and len(self.cand_values) == int(self.cand_offsets[-1])
 
     def history_len(self, max_seq_len: int) -> np.ndarray:

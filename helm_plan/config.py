@@ -107,6 +107,9 @@ def load_plan(path: str | Path) -> dict[str, Any]:
         raise ConfigError(
             f"plan file {p} is not valid TOML: {e}", hint="fix the TOML syntax at that line"
         ) from e
+    except UnicodeDecodeError as e:  # tomllib reads UTF-8 text: a binary file ends up here
+        raise ConfigError(f"plan file {p} is not UTF-8 text (a binary file?)",
+                          hint="pass --config the path of a TOML file") from e  # fmt: skip
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -167,6 +170,9 @@ _FLAG_FIELDS = frozenset(
         "threads",
         "repeats",
         "refill",
+        "nodes",
+        "max_nodes",
+        "attainment",
     ]
 )
 
@@ -212,6 +218,13 @@ def require_int(name: str, value: Any, lo: int, hi: int | None = None) -> None:
         raise ConfigError(f"{name} must be {what}, got {value!r}", hint=fix_for(name, what))
     if value < lo or (hi is not None and value > hi):
         raise ConfigError(f"{name} must be {what}, got {value}", hint=fix_for(name, want))
+
+
+def require_at_most(name: str, value: int, hi: int, reason: str) -> None:
+    """Raise ConfigError when ``value`` > ``hi``, saying why (``reason``) there is a bound."""
+    if value > hi:
+        raise ConfigError(f"{name} must be at most {hi:,} ({reason}), got {value:,}",
+                          hint=fix_for(name, f"<= {hi}"))  # fmt: skip
 
 
 Progress = Callable[[int, int], None]

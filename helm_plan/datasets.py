@@ -118,7 +118,9 @@ def check(folder: str | os.PathLike[str]) -> list[Status]:
     d = Path(folder)
     if not d.is_dir():
         raise InputFileError(
-            f"datasets folder {d} not found",
+            f"datasets folder {d} is a file, not a folder"
+            if d.exists()
+            else f"datasets folder {d} not found",
             hint=f"download the logs listed by `helm-plan datasets` into it, or set {ENV_DIR}",
         )
     out = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import math
 import mmap
@@ -18,7 +19,7 @@ import shutil
 import tempfile
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,24 +41,33 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def ensure_not_input(
-    out: str | os.PathLike[str] | None, *inputs: str | os.PathLike[str] | None
-) -> None:
-    """Raise InputFileError if output ``out`` is one of ``inputs`` (symlinks and hard links too).
+PathArg = str | os.PathLike[str]
 
-    Every command calls this before it computes anything, so a run never
-    writes over the file it reads (and fails at once, not after the work).
-    Inputs that do not exist (e.g. a profile given by name) are skipped.
+
+def check_outputs(outputs: Mapping[str, PathArg | None], inputs: Iterable[PathArg | None]) -> None:
+    """Refuse outputs that would lose data or fail late, before any work is done.
+
+    ``outputs`` maps each output's name (its option, e.g. ``-o``) to its path (None: not
+    asked for). Raises InputFileError when an output is one of ``inputs`` (resolved paths,
+    symlinks and hard links included), cannot be written (a folder, a path under a file, no
+    permission), or is the same file as another output. Inputs that do not exist (e.g. a
+    profile given by name) are skipped.
     """
-    if out is None:
-        return
-    o = Path(out)
-    for i in inputs:
-        if i is not None and Path(i).exists() and _same_file(o, Path(i)):
-            raise InputFileError(
-                f"output {o} is the input file {i}",
-                hint="write the output to a different path; helm-plan never overwrites its inputs",
-            )
+    ins = [Path(i) for i in inputs if i is not None]
+    given = [(name, Path(o)) for name, o in outputs.items() if o is not None]
+    for name, o in given:
+        for i in ins:
+            if i.exists() and _same_file(o, i):
+                raise InputFileError(
+                    f"{name} {o} is the input file {i}",
+                    hint="write the output to a different path; helm-plan never overwrites its inputs",
+                )
+        ensure_writable(o)
+    for k, (name, o) in enumerate(given):
+        for other, p in given[:k]:
+            if _same_file(o, p):
+                raise InputFileError(f"{other} and {name} are the same file {o}",
+                                     hint="give each output its own path")  # fmt: skip
 
 
 def ensure_writable(out: str | os.PathLike[str] | None) -> None:
@@ -82,31 +92,18 @@ def ensure_writable(out: str | os.PathLike[str] | None) -> None:
         raise _write_error(dest, PermissionError(13, "Permission denied"))
 
 
-def check_output(
-    out: str | os.PathLike[str] | None, *inputs: str | os.PathLike[str] | None
-) -> None:
-    """:func:`ensure_not_input` and :func:`ensure_writable`: what every writer checks first."""
-    ensure_not_input(out, *inputs)
-    ensure_writable(out)
-
-
-def ensure_distinct_outputs(*outs: str | os.PathLike[str] | None) -> None:
-    """Raise InputFileError if two outputs of one command are the same file."""
-    seen: list[Path] = []
-    for out in outs:
-        if out is None:
-            continue
-        o = Path(out)
-        for s in seen:
-            if _same_file(o, s):
-                raise InputFileError(
-                    f"two outputs of this command are the same file {o}",
-                    hint="give each output its own path",
-                )
-        seen.append(o)
+FULL_DISK = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+"""Errors of a disk (or quota, or file size limit) that cannot take the output."""
 
 
 def _write_error(dest: Path, e: OSError) -> InputFileError:
+    if e.errno in FULL_DISK:
+        return InputFileError(
+            f"no room to write {dest}: {e.strerror or os.strerror(e.errno or 0)} (nothing was "
+            "written; a previous file there is kept)",
+            hint=f"free space on the disk holding {dest.parent}, or write the output to "
+            "another disk",
+        )
     if isinstance(e, IsADirectoryError) or dest.is_dir():
         return InputFileError(
             f"output path {dest} is a folder", hint="pass a file path (e.g. out.parquet) as -o"
@@ -147,9 +144,14 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)
     try:
-        yield tmp
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
+        try:
+            yield tmp
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+        except OSError as e:
+            if e.errno in FULL_DISK:  # a full disk while writing: one line, not a traceback
+                raise _write_error(dest, e) from e
+            raise
         try:
             os.replace(tmp, dest)
         except OSError as e:

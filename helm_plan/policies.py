@@ -19,10 +19,15 @@ Specs:
   now) at the node's refill mode;
 - ``naive-adaptive``, ``adaptive``: the oracle schedule with ``eager`` and
   ``throttled`` refill (the naive and the HELM way to move the split);
-- ``controller``, ``controller:PATH``: the three-layer controller
-  (:mod:`helm_plan.controller`), the shipped default or a trained ``.npz``;
+- ``controller``, ``controller:PATH``: the controller (:mod:`helm_plan.controller`),
+  the shipped default or a trained ``.npz``; its guard falls back to this
+  run's best static ratio when the run has searched it (``PolicyEnv.best_static``),
+  else to the best ratio of the node's own measured curve;
 - ``hill-climb``: ghost-cache hill climbing, a fixed step of 0.05 toward the
-  cache whose ghost gain saves more service time.
+  cache whose ghost gain saves more service time;
+- ``threshold``, ``threshold:T``: the simple rule, to the measured curve's
+  optimum (EMB hit gain = KV reuse gain per byte) when that saves more than
+  ``T`` (default 0.005) of the window's busy time.
 """
 
 from __future__ import annotations
@@ -35,7 +40,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from helm_plan.controller.policy import ControllerPolicy, HillClimbPolicy
+from helm_plan.controller.policy import (
+    THRESHOLD,
+    ControllerPolicy,
+    HillClimbPolicy,
+    ThresholdPolicy,
+)
 from helm_plan.controller.runtime import DEFAULT_PATH, Controller
 from helm_plan.errors import ConfigError
 from helm_plan.exec import Executor, Progress
@@ -53,7 +63,7 @@ from helm_plan.sim.policy import Policy, SchedulePolicy, StaticPolicy, fill_forw
 
 USAGE = (
     "use static:R, emb-max, kv-max, best-static, schedule:FILE, oracle, naive-adaptive, "
-    "adaptive, controller[:PATH] or hill-climb"
+    "adaptive, controller[:PATH], hill-climb or threshold[:T]"
 )
 
 
@@ -70,6 +80,7 @@ class PolicyKind(StrEnum):
     ADAPTIVE = "adaptive"
     CONTROLLER = "controller"
     HILL_CLIMB = "hill-climb"
+    THRESHOLD = "threshold"
 
 
 @dataclass(frozen=True)
@@ -317,7 +328,8 @@ class ControllerSpec(PolicySpec):
 
     def build(self, ctx: NodeContext, node_cfg: NodeConfig, env: PolicyEnv) -> Built:
         ctrl = Controller.load(self.path or DEFAULT_PATH)
-        return Built(ControllerPolicy(ctx, node_cfg, ctrl, self.spec))
+        anchor = env.best_static.ratio if env.best_static is not None else None
+        return Built(ControllerPolicy(ctx, node_cfg, ctrl, self.spec, anchor))
 
     @property
     def spec(self) -> str:
@@ -333,3 +345,36 @@ class HillClimb(PolicySpec):
 
     def build(self, ctx: NodeContext, node_cfg: NodeConfig, env: PolicyEnv) -> Built:
         return Built(HillClimbPolicy(ctx, node_cfg, name=self.name))
+
+
+@register_policy
+@dataclass(frozen=True)
+class Threshold(PolicySpec):
+    """The simple rule on the measured curve (a baseline for the controller)."""
+
+    threshold: float = THRESHOLD
+    """Share of the window's busy time a move must save."""
+    name: ClassVar[str] = "threshold"
+    takes_arg: ClassVar[bool] = True
+    optional_arg: ClassVar[bool] = True
+
+    @classmethod
+    def from_arg(cls, arg: str | None) -> PolicySpec:
+        if arg is None:
+            return cls()
+        try:
+            t = float(arg)
+        except ValueError:
+            raise ConfigError(
+                f"policy threshold: T must be a number in [0, 1), got {arg!r}", hint=USAGE
+            ) from None
+        if not 0.0 <= t < 1.0:
+            raise ConfigError(f"policy threshold: T must be in [0, 1), got {t}", hint=USAGE)
+        return cls(t)
+
+    def build(self, ctx: NodeContext, node_cfg: NodeConfig, env: PolicyEnv) -> Built:
+        return Built(ThresholdPolicy(ctx, node_cfg, self.threshold, self.spec))
+
+    @property
+    def spec(self) -> str:
+        return self.name if self.threshold == THRESHOLD else f"threshold:{self.threshold:g}"

@@ -1,8 +1,11 @@
 """The HBM cache pool each GPU splits between EMB and KV.
 
-Its default size is HBM - weights - reserve; an explicit byte count
-(``--pool-bytes``) or a share of the trace's EMB+KV footprint
-(``--pool-fraction``) overrides it, never beyond that default. Also the derived
+The one pool rule of every command: a GPU's pool is HBM - weights - reserve
+(a property of the GPU and the model), unless ``--pool-bytes`` gives a byte
+count or ``--pool-fraction F`` gives F x the EMB+KV footprint of the trace *as
+given* (before any scaling). Either is resolved once to bytes and used
+unchanged on every GPU, fleet size and section: a planned fleet's GPUs do not
+grow with the planned user count. Never beyond the default. Also the derived
 sizes of every GPU x model pair that ``helm-plan profiles`` lists.
 """
 
@@ -78,7 +81,9 @@ def resolve_pool(
                 hint="size the pool with pool_bytes, or pass footprint_bytes",
             )
         pool = Pool(
-            max(1, int(pool_fraction * footprint_bytes)), f"--pool-fraction {pool_fraction}"
+            max(1, int(pool_fraction * footprint_bytes)),
+            f"--pool-fraction {pool_fraction:g} of the input trace's EMB+KV footprint "
+            f"({footprint_bytes / GiB:,.4g} GiB)",
         )
     else:
         return Pool(hbm_pool, f"hbm {gpu.name} - weights - reserve")

@@ -227,6 +227,9 @@ def _read(kind: str, name_or_path: str | Path) -> tuple[Path, dict[str, Any]]:
         raise ProfileError(
             f"{kind} profile {path} is not valid TOML: {e}", hint="fix the TOML syntax at that line"
         ) from e
+    except UnicodeDecodeError as e:  # tomllib reads UTF-8 text: a binary file ends up here
+        raise ProfileError(f"{kind} profile {path} is not UTF-8 text (a binary file?)",
+                           hint="pass a TOML profile file") from e  # fmt: skip
     data.setdefault("name", path.stem)
     return path, data
 

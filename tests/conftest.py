@@ -1,4 +1,4 @@
-"""Shared fixtures: small generated traces and the real datasets folder."""
+"""Shared fixtures: small generated traces and the real datasets folder; the hung-test watchdog."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from hang_watchdog import pytest_runtest_protocol, pytest_sessionstart  # noqa: F401 (hooks)
 
 from helm_plan import trace
 from helm_plan.datasets import ENV_DIR, ENV_REQUIRE, default_dir
@@ -23,9 +24,9 @@ def spy_search_seeds(monkeypatch: pytest.MonkeyPatch, module: object) -> list[in
     seeds: list[int] = []
     real = module.search
 
-    def search(objective, ocfg, seed, known=None, evaluate=None):  # noqa: ANN001
+    def search(objective, ocfg, seed, known=None, evaluate=None, **kw):  # noqa: ANN001, ANN003
         seeds.append(seed)
-        return real(objective, ocfg, seed, known, evaluate)
+        return real(objective, ocfg, seed, known, evaluate, **kw)
 
     monkeypatch.setattr(module, "search", search)
     return seeds
@@ -86,3 +87,17 @@ def small_trace(tmp_path: Path) -> Path:
     p = tmp_path / "small.parquet"
     trace.write(small_table(), p, {"source": "tests.small_table", "seed": 0})
     return p
+
+
+def untimed(summary: dict, also: tuple[str, ...] = ()) -> dict:
+    """A summary without what a clock measured: stage timings (``timings_s``) and the
+    controller's decision latency (measured in the run by its runtime's own timer); ``also``
+    drops more top-level keys."""
+    out = {k: v for k, v in summary.items() if k != "timings_s" and k not in also}
+    if out.get("controller"):
+        out["controller"] = {k: v for k, v in out["controller"].items()
+                             if k != "decision_latency_us"}  # fmt: skip
+    return out
+
+
+from hostile_ws import ws  # noqa: E402, F401 (the hostile-input workspace fixture)

@@ -109,17 +109,21 @@ CASES = {
     ),
     "bench_controller": Case(
         "bench_controller",
-        "--traces 1 --no-real --duration-s 30 --json {d}/controller.json",
+        "--traces 1 --no-real --no-demo --duration-s 30 --load-scale 0.1 --trials 0 --fleet 2 "
+        "--json {d}/controller.json",
         (
-            "| figure | measured | target |",
-            "| P99 regret vs oracle schedule",
-            "| trace | base | base+adapter | all three | hill-climb | oracle | best static |",
+            "| figure | measured | peer (same run) | ratio | target |",
+            "| controller vs best static, worst held-out trace (synth:mixed:gr-large",
+            "| fleet of 2, controller per node vs best static per node",
+            "| decision latency measured in these runs",
+            "| controller (PPO) vs threshold rule, synth:mixed:gr-large",
         ),
     ),
-    "bench_controller-amazon": Case(
+    "bench_controller-movielens": Case(
         "bench_controller",
-        "--real-only --json {d}/controller.json",
-        ("| figure | measured | target |", "| amazon-video-games | "),
+        "--real-only --traces 1 --duration-s 30 --load-scale 0.1 --trials 0 --fleet 0 "
+        "--json {d}/controller.json",
+        ("| figure | measured | peer (same run) | ratio | target |", "log:movielens/azure"),
         _datasets,
     ),
     "bench_exec": Case(
@@ -144,7 +148,11 @@ CASES = {
     "bench_kernel_ab": Case(
         "bench_kernel_ab",
         "--requests 2000 --repeat 1 --rounds 1",
-        ("| figure | value | peer (same run) | ratio |", "| one node, 2,000 requests, CPU"),
+        (
+            "| figure | value | peer (same run) | ratio |",
+            "| changing, 2,000 requests, replay kernel",
+            "results identical |",
+        ),
         _baseline_copy,
     ),
     "bench_load": Case(
@@ -185,6 +193,20 @@ CASES = {
         "bench_spill",
         "--requests 2000 --windows 3 --pool-fraction 0.3 --dir {d}",
         ("| load, workload tables, the first 3 windows (", "same sojourns: True"),
+    ),
+    "bench_oracle_search": Case(
+        "bench_oracle_search",
+        "--trials 2 --duration-s 20",
+        ("| all traces | evaluations per window |", "r* in the 0.01 grid's flat band"),
+    ),
+    "bench_ray_nodes": Case(
+        "bench_ray_nodes",
+        "--requests 400 --repeats 1",
+        (
+            "answers identical (local 1 worker, ray 1 node, ray 2 nodes): yes; cluster "
+            "processes left: 0",
+            "| 64 |",
+        ),
     ),
     "bench_sim": Case(
         "bench_sim",

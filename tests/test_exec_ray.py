@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import ray
-from conftest import small_table
+from conftest import small_table, untimed
 
 from helm_plan import exec as executors
 from helm_plan import trace
@@ -110,7 +110,7 @@ def test_analyze_summary_identical_to_local(rex, tmp_path):
     for k, c in runs.items():
         res = run_analyze(tp, c, tmp_path / k)
         s = json.loads(res.summary_path.read_text())
-        out[k] = {x: v for x, v in s.items() if x not in ("timings_s", "versions")}
+        out[k] = untimed(s, also=("versions",))
     assert out["ray"] == out["local"]
     assert ray.is_initialized()
     # the executor is not in the stage keys: a ray rerun over the local run reuses every stage

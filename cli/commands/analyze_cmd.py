@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 from pathlib import Path
 
 import typer
+from helm_plan_cli.files import guard
 from helm_plan_cli.options import (
     DemoOpt,
     ExecutorOptionalOpt,
     GpuOptionalOpt,
+    GpusListOpt,
     JsonOpt,
     LatencyOpt,
     ModelProfileOptionalOpt,
@@ -22,9 +25,10 @@ from helm_plan_cli.options import (
     QuietOpt,
     RayAddressOpt,
     RunDirOpt,
+    ScaleByOpt,
     ScaleOpt,
     SeedOptionalOpt,
-    SloMsOptionalOpt,
+    SloMsOpt,
     SpillDirOpt,
     WindowSOptionalOpt,
     WorkersOptionalOpt,
@@ -36,12 +40,12 @@ from rich.table import Table
 from helm_plan import analyze
 from helm_plan.config import load_plan
 from helm_plan.errors import ConfigError
-from helm_plan.io import check_output
 from helm_plan.report import REPORT_NAME, STORE_NAME
 from helm_plan.report.html import pct_text
+from helm_plan.rundir import RECORD
 
 #: Files `analyze` writes into its run directory (docs/summary-schema.md).
-RUN_FILES = (REPORT_NAME, "summary.json", STORE_NAME, "labels.parquet")
+RUN_FILES = (REPORT_NAME, "summary.json", STORE_NAME, "labels.parquet", RECORD)
 
 
 def _pct(v: float | None) -> str:
@@ -60,6 +64,23 @@ def headline_table(res: analyze.AnalyzeResult) -> Table:
     t = Table(title=f"helm-plan analyze: {res.out_dir}", show_header=True)
     t.add_column("figure")
     t.add_column("value", justify="right")
+    cap = s.get("capacity") or {}
+    sc = cap.get("scaling") or {}
+    if sc:
+        asked = f" (asked {sc['peak_qps_target']:,.0f})" if sc.get("peak_qps_target") else ""
+        t.add_row("planned traffic", f"{sc['peak_qps_after']:,.0f} req/s peak{asked}, "
+                  f"{sc['qps_after']:,.0f} mean; x{sc['factor']:.3g} by {sc['method']}")  # fmt: skip
+    for g in cap.get("gpus", []):
+        if g["nodes"] is None:
+            t.add_row(f"{g['gpu']}", "no fleet meets the SLO")
+            continue
+        room = ("" if g["headroom"] is None else
+                f", headroom +{g['headroom']:.0%}" + ("" if g["headroom_fails_at"] is not None
+                                                       else " or more"))  # fmt: skip
+        mark = " (cheapest)" if g["cheapest"] else ""
+        t.add_row(f"{g['gpu']}{mark}",
+                  f"{g['nodes']} nodes ({g['policy']}, {g['router']}): ${g['usd_per_day']:,.0f}/day, "
+                  f"${g['usd_per_million_requests']:.3g}/M req{room}")  # fmt: skip
     t.add_row("best static r", f"{bs['ratio']:.2f}" if bs["ratio"] is not None else "-")
     t.add_row(
         "best static P99 / SLO attainment", f"{_ms(bs['p99_ms'])} / {_pct(bs['slo_attainment'])}"
@@ -89,7 +110,7 @@ def analyze_command(
     gpu: GpuOptionalOpt = None,
     model: ModelProfileOptionalOpt = None,
     latency: LatencyOpt = None,
-    slo_ms: SloMsOptionalOpt = None,
+    slo_ms: SloMsOpt = None,
     window_s: WindowSOptionalOpt = None,
     pool_bytes: PoolBytesOpt = None,
     pool_fraction: PoolFractionOpt = None,
@@ -100,6 +121,8 @@ def analyze_command(
     seed: SeedOptionalOpt = None,
     peak_qps: PeakQpsOpt = None,
     scale: ScaleOpt = None,
+    scale_by: ScaleByOpt = None,
+    gpus: GpusListOpt = None,
     no_capacity: NoCapacityOpt = False,
     spill_dir: SpillDirOpt = None,
     demo: DemoOpt = False,
@@ -119,27 +142,27 @@ def analyze_command(
     plan = load_plan(config) if config is not None else {}
     if demo:
         plan = analyze.demo_plan(plan)
-    overrides = {
-        "gpu": gpu, "model": model, "latency": latency, "slo_ms": slo_ms, "window_s": window_s,
-        "pool_bytes": pool_bytes, "pool_fraction": pool_fraction, "workers": workers, "seed": seed,
-        "executor": executor, "ray_address": ray_address, "peak_qps": peak_qps, "scale": scale,
-        "capacity": False if no_capacity else None,
-        "spill_dir": None if spill_dir is None else str(spill_dir),
-    }  # fmt: skip
+    # every option named like an [analyze] field overrides it (None: not given)
+    given = dict(locals())
+    overrides = {f.name: given[f.name] for f in dataclasses.fields(analyze.AnalyzeConfig)
+                 if f.name in given}  # fmt: skip
+    overrides |= {"capacity": False if no_capacity else None,
+                  "spill_dir": None if spill_dir is None else str(spill_dir),
+                  "gpus": None if gpus is None else tuple(g for g in gpus.split(",") if g)}  # fmt: skip
     if pool_bytes is not None:
         overrides["pool_fraction"] = None
         plan.get("analyze", {}).pop("pool_fraction", None)
     cfg = analyze.build_config(plan, overrides)
+    out_dir = out or (Path("reports/out/demo") if demo else Path("reports/out") / trace.stem)
+    # the profiles the plan file names are inputs too, and so is a controller:FILE policy
+    guard(inputs=[trace, config, cfg.gpu, cfg.model, cfg.latency, *(cfg.gpus or ())],
+          policies=cfg.plan_policies,
+          run_dir=out_dir, run_files=RUN_FILES)  # fmt: skip
     if demo:
-        out_dir = out or Path("reports/out/demo")
         with task("demo trace", quiet=quiet) as tick:
             trace = analyze.prepare_demo(out_dir, analyze.demo_synth_config(plan, seed))
             tick(1, 1)
-    else:
-        assert trace is not None
-        out_dir = out or Path("reports/out") / trace.stem
-    for name in RUN_FILES:
-        check_output(out_dir / name, trace, config, gpu, model, latency)
+    assert trace is not None
     res = analyze.run_analyze(
         trace, cfg, out_dir,
         progress_factory=lambda label: task(label, quiet=quiet),

@@ -6,13 +6,17 @@ import math
 from typing import Annotated
 
 import typer
+from helm_plan_cli.files import guard
 from helm_plan_cli.options import JsonOpt, ModelOpt, OutOpt, QuietOpt, SeedOpt
-from helm_plan_cli.output import emit_json, emit_table
+from helm_plan_cli.output import emit_json, emit_line, emit_table
 from helm_plan_cli.progress import task
 from rich.table import Table
 
-from helm_plan.io import check_output, write_toml
-from helm_plan.profiles import DEFAULT_MODEL
+from helm_plan.io import write_toml
+from helm_plan.latency.calibrate import CalibrateConfig
+
+CALIBRATE = CalibrateConfig()
+"""The calibration's defaults, read once here."""
 
 DeviceOpt = Annotated[
     str, typer.Option("--device", help="Torch device to measure: cpu or cuda[:N].")
@@ -64,22 +68,22 @@ def register(app: typer.Typer) -> None:
     @app.command("calibrate")
     def calibrate(
         out: OutOpt,
-        device: DeviceOpt = "cpu",
-        model: ModelOpt = DEFAULT_MODEL,
+        device: DeviceOpt = CALIBRATE.device,
+        model: ModelOpt = CALIBRATE.model,
         gpu: GpuLabelOpt = None,
         quick: QuickOpt = False,
         layers: LayersOpt = None,
         d_model: DModelOpt = None,
-        threads: ThreadsOpt = 0,
+        threads: ThreadsOpt = CALIBRATE.threads,
         repeats: RepeatsOpt = None,
-        seed: SeedOpt = 0,
+        seed: SeedOpt = CALIBRATE.seed,
         json_out: JsonOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
         """Measure launch, per-request, weight-read, dense, attention, gather and H2D terms; write latency.toml."""
-        check_output(out, model)
-        from helm_plan.latency.calibrate import CalibrateConfig, resolve_device
+        guard(inputs=[model], outputs={"-o": out})
         from helm_plan.latency.calibrate import calibrate as run_calibration
+        from helm_plan.latency.calibrate import resolve_device
         from helm_plan.profiles import profile_to_dict
 
         kw = {
@@ -127,4 +131,4 @@ def register(app: typer.Typer) -> None:
         for term, fit in res.terms.items():
             m.add_row(term, _pct(fit.mape_heldout), f"{fit.n_train} / {fit.n_heldout}")
         emit_table(m)
-        typer.echo(f"wrote {out}")
+        emit_line(f"wrote {out}")

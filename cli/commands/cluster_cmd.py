@@ -41,10 +41,13 @@ min of the nodes' EMB shares.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any
 
 import typer
+from helm_plan_cli.files import guard
 from helm_plan_cli.options import (
+    EXECUTOR,
     NODE,
     BatchingOpt,
     BatchMaxOpt,
@@ -61,7 +64,7 @@ from helm_plan_cli.options import (
     ReallocAliasOpt,
     RefillOpt,
     SeedOpt,
-    SloMsModelOpt,
+    SloMsOpt,
     SlotsOpt,
     ThrottleOpt,
     TraceArg,
@@ -75,12 +78,18 @@ from rich import box
 from rich.table import Table
 
 from helm_plan import exec as executors
-from helm_plan.cluster import DEFAULT_NODES, DEFAULT_ROUTER, ROUTERS, ClusterConfig
+from helm_plan.cluster import ROUTERS, ClusterConfig
 from helm_plan.cluster.compare import GridPoint, compare, run_point
 from helm_plan.errors import ConfigError
 from helm_plan.oracle import OracleConfig
+from helm_plan.policies import PolicyKind
 from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL
 from helm_plan.sim import NodeConfig, load_context
+
+CLUSTER = ClusterConfig()
+"""The cluster's defaults (nodes, router, seed), read once here."""
+ORACLE = OracleConfig()
+"""The best-static search's defaults (its seed is --seed)."""
 
 NodesOpt = Annotated[int, typer.Option("--nodes", help="GPU nodes in the fleet.")]
 RouterOpt = Annotated[str, typer.Option("--router", help=f"Router: {', '.join(ROUTERS)}.")]
@@ -114,15 +123,15 @@ def _split(text: str | None, one: str, what: str) -> list[str]:
 
 def cluster(
     trace: TraceArg,
-    nodes: NodesOpt = DEFAULT_NODES,
-    router: RouterOpt = DEFAULT_ROUTER,
-    policy: PolicyOpt = "best-static",
+    nodes: NodesOpt = CLUSTER.nodes,
+    router: RouterOpt = CLUSTER.router,
+    policy: PolicyOpt = PolicyKind.BEST_STATIC.value,
     routers: RoutersOpt = None,
     policies: PoliciesOpt = None,
     gpu: GpuOpt = DEFAULT_GPU,
     model: ModelOpt = DEFAULT_MODEL,
     latency: LatencyOpt = None,
-    slo_ms: SloMsModelOpt = None,
+    slo_ms: SloMsOpt = NODE.slo_ms,
     window_s: WindowSOpt = NODE.window_s,
     refill: RefillOpt = None,
     realloc: ReallocAliasOpt = None,
@@ -134,9 +143,9 @@ def cluster(
     warmup_windows: WarmupOpt = NODE.warmup_windows,
     pool_bytes: PoolBytesOpt = None,
     pool_fraction: PoolFractionOpt = None,
-    seed: SeedOpt = 0,
-    workers: WorkersOpt = 1,
-    executor: ExecutorOpt = "local",
+    seed: SeedOpt = CLUSTER.seed,
+    workers: WorkersOpt = EXECUTOR.workers,
+    executor: ExecutorOpt = EXECUTOR.kind,
     ray_address: RayAddressOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -144,19 +153,21 @@ def cluster(
     """Simulate TRACE on a fleet of NODES GPUs behind a router (or compare a grid of them)."""
     rs = _split(routers, router, "routers")
     ps = _split(policies, policy, "policies")
+    guard(inputs=[trace, gpu, model, latency], policies=ps)
     for r in rs:
         ClusterConfig(nodes=nodes, router=r)  # a precise error before any work
     ex = executors.get_executor(executor, workers, ray_address)  # checks its options first
-    ctx = load_context(trace, gpu=gpu, model=model, latency=latency, pool_bytes=pool_bytes,
-                       pool_fraction=pool_fraction, seed=seed)  # fmt: skip
     ncfg = NodeConfig(
-        slo_ms=ctx.model.default_slo_ms if slo_ms is None else slo_ms, window_s=window_s,
+        slo_ms=slo_ms, window_s=window_s,
         slots=slots, batch_max=batch_max, batch_timeout_ms=batch_timeout_ms, batching=batching,
         refill=refill_mode(refill, realloc), throttle_share=throttle_share,
         warmup_windows=warmup_windows,
     )  # fmt: skip
+    ctx = load_context(trace, gpu=gpu, model=model, latency=latency, pool_bytes=pool_bytes,
+                       pool_fraction=pool_fraction, seed=seed)  # fmt: skip
+    ncfg = ncfg.for_context(ctx)  # the one SLO rule: --slo-ms, else the model's default
     cfg = ClusterConfig(nodes=nodes, router=rs[0], node=ncfg, seed=seed)
-    ocfg = OracleConfig(seed=seed)
+    ocfg = dataclasses.replace(ORACLE, seed=seed)
     quiet = quiet or as_json
     if len(rs) * len(ps) == 1:
         with task(f"cluster {nodes} nodes, {rs[0]}, {ps[0]}", quiet=quiet) as prog:

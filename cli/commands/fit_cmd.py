@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from helm_plan_cli.files import guard
 from helm_plan_cli.options import (
     GpuOpt,
     JsonOpt,
@@ -17,11 +18,11 @@ from helm_plan_cli.options import (
     SeedOpt,
     TraceArg,
 )
-from helm_plan_cli.output import emit_json, emit_table
+from helm_plan_cli.output import emit_json, emit_line, emit_table
 from helm_plan_cli.progress import task
 from rich.table import Table
 
-from helm_plan.io import check_output, write_toml
+from helm_plan.io import write_toml
 from helm_plan.latency.observed import FITTED
 from helm_plan.sim.fit import FitConfig, fit_trace
 
@@ -59,7 +60,7 @@ def register(app: typer.Typer) -> None:
         quiet: QuietOpt = False,
     ) -> None:
         """Fit launch, dense, attention, host gather and H2D latency to the trace's latency_ms; report MAPE."""
-        check_output(out, trace, latency, gpu, model)
+        guard(inputs=[trace, gpu, model, latency], outputs={"-o": out})
         cfg = FitConfig(
             gpu=gpu,
             model=model,
@@ -104,9 +105,9 @@ def register(app: typer.Typer) -> None:
             held = "  (held)" if k in f.held_at_base else ""
             t.add_row(k, f"{base[k]:.4g}", f"{f.coefficients[k]:.4g}{held}")
         emit_table(t)
-        typer.echo(
+        emit_line(
             f"held-out MAPE {100 * f.mape_heldout:.1f}% (base profile {100 * f.mape_base_heldout:.1f}%) "
             f"on {f.n_heldout} requests; train MAPE {100 * f.mape_train:.1f}% on {f.n_train}"
         )
         if out is not None:
-            typer.echo(f"wrote {out}")
+            emit_line(f"wrote {out}")

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from helm_plan_cli.files import guard
 from helm_plan_cli.options import (
     ArrivalsOpt,
     BehaviorsOpt,
@@ -26,10 +27,7 @@ from helm_plan_cli.progress import task
 from rich.table import Table
 
 from helm_plan.ingest import (
-    DEFAULT_N_CANDIDATES,
-    DEFAULT_SESSION_GAP_S,
     KINDS,
-    TAOBAO_BEHAVIORS,
     IngestConfig,
     IngestReport,
     check_kind,
@@ -52,23 +50,25 @@ ShiftOpt = Annotated[
         show_default=False,
     ),
 ]
+INGEST = IngestConfig(kind=KINDS[0])
+"""The ingest defaults (every field but the kind), read once here."""
 
 
 def ingest(
     kind: KindArg,
     path: PathArg,
     out: OutOpt,
-    session_gap_s: SessionGapSOpt = DEFAULT_SESSION_GAP_S,
-    candidates: CandidatesOpt = DEFAULT_N_CANDIDATES,
+    session_gap_s: SessionGapSOpt = INGEST.session_gap_s,
+    candidates: CandidatesOpt = INGEST.n_candidates,
     qps: QpsOpt = None,
     duration_s: DurationSOpt = None,
     regime: RegimeOpt = None,
     arrivals: ArrivalsOpt = None,
-    replicate: ReplicateOpt = 1,
+    replicate: ReplicateOpt = INGEST.replicate,
     column_map: ColumnMapOpt = None,
-    behaviors: BehaviorsOpt = ",".join(TAOBAO_BEHAVIORS),
+    behaviors: BehaviorsOpt = ",".join(INGEST.behaviors),
     shift: ShiftOpt = None,
-    seed: SeedOpt = 0,
+    seed: SeedOpt = INGEST.seed,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -80,6 +80,7 @@ def ingest(
     timestamps unless --qps, --duration-s, --regime or --arrivals is given.
     """
     check_kind(kind)
+    guard(inputs=[path, arrivals], outputs={"-o": out})
     cfg = IngestConfig(
         kind=kind,
         session_gap_s=session_gap_s,

@@ -12,7 +12,9 @@ from typing import Annotated
 
 import numpy as np
 import typer
+from helm_plan_cli.files import guard
 from helm_plan_cli.options import (
+    EXECUTOR,
     NODE,
     ExecutorOpt,
     GpuOpt,
@@ -35,7 +37,6 @@ from helm_plan_cli.output import emit_json, emit_notes, emit_table
 from helm_plan_cli.progress import task
 
 from helm_plan import exec as executors
-from helm_plan.io import check_output
 from helm_plan.oracle import OracleConfig, label_windows, write_labels
 from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL
 from helm_plan.sim import NodeConfig, load_context
@@ -74,8 +75,8 @@ def oracle(
     trials: TrialsOpt = ORACLE.trials,
     sampler: SamplerOpt = ORACLE.sampler,
     grid: GridOpt = ORACLE.grid_step,
-    workers: WorkersOpt = 1,
-    executor: ExecutorOpt = "local",
+    workers: WorkersOpt = EXECUTOR.workers,
+    executor: ExecutorOpt = EXECUTOR.kind,
     ray_address: RayAddressOpt = None,
     slots: SlotsOpt = NODE.slots,
     warmup_windows: WarmupOpt = ORACLE.warmup_windows,
@@ -87,7 +88,7 @@ def oracle(
     quiet: QuietOpt = False,
 ) -> None:
     """Label each window of TRACE with r* = argmin P99(r) (Optuna per window, or --grid)."""
-    check_output(out, trace, gpu, model, latency)
+    guard(inputs=[trace, gpu, model, latency], outputs={"-o": out})
     ncfg = NodeConfig(slo_ms=slo_ms, window_s=window_s, slots=slots)
     ocfg = OracleConfig(
         trials=trials,
@@ -107,6 +108,7 @@ def oracle(
         pool_fraction=pool_fraction,
         seed=seed,
     )
+    ncfg = ncfg.for_context(ctx)  # the one SLO rule: --slo-ms, else the model's default
     if not as_json:
         emit_notes(ctx.notes)
     with ex, task("labelling windows", quiet=quiet or as_json) as progress:
@@ -125,7 +127,7 @@ def oracle(
                 "model": ctx.model.name,
                 "pool_bytes": ctx.pool_bytes,
                 "window_s": window_s,
-                "slo_ms": slo_ms,
+                "slo_ms": ncfg.slo_ms,
                 "warmup": warmup,
                 "windows": len(r),
                 "windows_with_requests": int(ok.sum()),

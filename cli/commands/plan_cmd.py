@@ -6,10 +6,13 @@ A thin adapter over :func:`helm_plan.plan.plan`. ``-o FILE`` writes plan.json
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
+from helm_plan_cli.files import comma_items, guard
 from helm_plan_cli.options import (
+    EXECUTOR,
     NODE,
     AttainmentOpt,
     BatchingOpt,
@@ -24,9 +27,10 @@ from helm_plan_cli.options import (
     PoolFractionOpt,
     QuietOpt,
     RayAddressOpt,
+    ScaleByOpt,
     ScaleOpt,
     SeedOpt,
-    SloMsModelOpt,
+    SloMsOpt,
     SlotsOpt,
     SpillDirOpt,
     TraceArg,
@@ -41,10 +45,8 @@ from rich.table import Table
 from helm_plan import exec as executors
 from helm_plan.arrays import from_file
 from helm_plan.errors import ConfigError
-from helm_plan.io import check_output, write_json
+from helm_plan.io import write_json
 from helm_plan.plan import PlanConfig, plan, plan_doc
-from helm_plan.plan.config import DEFAULT_GPUS, DEFAULT_ROUTERS
-from helm_plan.profiles import DEFAULT_MODEL
 from helm_plan.sim import NodeConfig
 
 PLAN = PlanConfig()
@@ -61,10 +63,6 @@ PoliciesOpt = Annotated[
     ),
 ]
 RoutersOpt = Annotated[str, typer.Option("--routers", help="Comma list of routers.")]
-ScaleByOpt = Annotated[
-    str,
-    typer.Option("--scale-by", help="users (clone users, keep the catalogue) or time (compress)."),
-]
 MaxNodesOpt = Annotated[int, typer.Option("--max-nodes", help="Largest fleet per GPU kind.")]
 CostOpt = Annotated[
     list[str] | None,
@@ -79,7 +77,7 @@ NoCurveOpt = Annotated[
     typer.Option("--no-load-curve", help="Skip refining the single-node load curve (faster)."),
 ]
 PlanOutOpt = Annotated[
-    str | None, typer.Option("--out", "-o", help="Write plan.json here.", show_default=False)
+    Path | None, typer.Option("--out", "-o", help="Write plan.json here.", show_default=False)
 ]
 
 
@@ -107,13 +105,13 @@ def _prices(pairs: list[str] | None) -> tuple[tuple[str, float], ...]:
 def plan_command(
     trace: TraceArg,
     out: PlanOutOpt = None,
-    gpus: GpusOpt = ",".join(DEFAULT_GPUS),
-    model: ModelOpt = DEFAULT_MODEL,
+    gpus: GpusOpt = ",".join(PLAN.gpus),
+    model: ModelOpt = PLAN.model,
     latency: LatencyOpt = None,
-    slo_ms: SloMsModelOpt = None,
+    slo_ms: SloMsOpt = PLAN.slo_ms,
     attainment: AttainmentOpt = PLAN.attainment,
     policies: PoliciesOpt = None,
-    routers: RoutersOpt = ",".join(DEFAULT_ROUTERS),
+    routers: RoutersOpt = ",".join(PLAN.routers),
     peak_qps: PeakQpsOpt = None,
     scale: ScaleOpt = None,
     scale_by: ScaleByOpt = PLAN.scale_by,
@@ -129,15 +127,15 @@ def plan_command(
     no_load_curve: NoCurveOpt = False,
     seed: SeedOpt = PLAN.seed,
     spill_dir: SpillDirOpt = None,
-    workers: WorkersOpt = 1,
-    executor: ExecutorOpt = "local",
+    workers: WorkersOpt = EXECUTOR.workers,
+    executor: ExecutorOpt = EXECUTOR.kind,
     ray_address: RayAddressOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Find the fewest GPUs per GPU × policy × router that hold P99 within --slo-ms for TRACE."""
-    if out is not None:
-        check_output(out, trace, latency)
+    guard(inputs=[trace, model, latency, *comma_items(gpus)], policies=comma_items(policies),
+          outputs={"-o": out})  # fmt: skip
     node = NodeConfig(window_s=window_s, slots=slots, batch_max=batch_max,
                           batch_timeout_ms=batch_timeout_ms, batching=batching)  # fmt: skip
     cfg = PlanConfig(

@@ -2,7 +2,7 @@
 
 Writes the curves table (schema: ``helm_plan.cache.curves.SCHEMA``) atomically
 and prints the whole-trace hit rates at 10%, 20%, ..., 100% of the pool and the
-knee of each curve. Warns on stderr when the trace's EMB+KV footprint fits in
+knee of each curve. Notes on stderr when the trace's EMB+KV footprint fits in
 the pool (the caches then do not compete).
 """
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from helm_plan_cli.files import guard
 from helm_plan_cli.options import (
     NODE,
     GpuOpt,
@@ -27,7 +28,7 @@ from helm_plan_cli.options import (
     TraceArg,
     WindowSOpt,
 )
-from helm_plan_cli.output import emit_json, emit_table
+from helm_plan_cli.output import emit_json, emit_notes, emit_table
 from helm_plan_cli.progress import task
 from rich.table import Table
 
@@ -35,7 +36,6 @@ from helm_plan import trace as T
 from helm_plan.cache import curves as C
 from helm_plan.cache import embstream, sampled
 from helm_plan.cache.core import Workload, capacities
-from helm_plan.io import check_output, ensure_distinct_outputs
 from helm_plan.pool import Pool
 from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL, load_model
 from helm_plan.sim import load_context
@@ -81,9 +81,7 @@ def profile_command(
     quiet: QuietOpt = False,
 ) -> None:
     """Measure EMB hit-rate and KV-reuse curves over the cache pool (whole trace and per window)."""
-    check_output(out, trace, gpu, model)
-    check_output(stream_out, trace, gpu, model)
-    ensure_distinct_outputs(out, stream_out)
+    guard(inputs=[trace, gpu, model], outputs={"-o": out, "--stream-out": stream_out})
     cfg = C.CurvesConfig(
         window_s=window_s, ratio=ratio, sample_rate=sample_rate, sample_size=sample_size, seed=seed
     )
@@ -100,8 +98,7 @@ def profile_command(
     pool = Pool(ctx.pool_bytes, ctx.pool_source)
     notes = list(ctx.notes)
     if not as_json:
-        for note in notes:
-            typer.echo(f"warning: {note}", err=True)
+        emit_notes(notes)
     prov = {"trace": str(trace), "trace_sha256": T.sha256(trace)}
     with task("curves", quiet=quiet or as_json) as update:
         if stream_out is None:

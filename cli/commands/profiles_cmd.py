@@ -60,14 +60,17 @@ def profiles_command(as_json: JsonOpt = False, quiet: QuietOpt = False) -> None:
         "tables",
         "EMB B/token",
         "kv B/token",
+        "SLO ms",
     ):
         t.add_column(c, justify="left" if c == "model" else "right")
     for m in models:
         t.add_row(
             m.name, str(m.layers), str(m.d_model), f"{m.max_seq_len:,}", f"{m.n_candidates:,}",
             str(len(m.tables)), f"{m.token_lookup_bytes:,}", f"{m.kv_bytes_per_token:,}",
+            f"{m.default_slo_ms:g}",
         )  # fmt: skip
-    emit_table(t)
+    emit_table(t, "SLO ms: the model's default_slo_ms, every command's --slo-ms unless given "
+                  "(its source: `helm-plan profiles --json`, slo_source)")  # fmt: skip
     t = Table(title="Cache pool per pair (hbm - weights - reserve)")
     for c in ("gpu", "model", "pool GiB", "pool rows", "pool KV tokens", "user KV MiB @max"):
         t.add_column(c, justify="left" if c in ("gpu", "model") else "right")

@@ -43,6 +43,7 @@ import dataclasses
 from typing import Annotated
 
 import typer
+from helm_plan_cli.files import guard
 from helm_plan_cli.options import (
     NODE,
     BatchingOpt,
@@ -58,7 +59,7 @@ from helm_plan_cli.options import (
     ReallocAliasOpt,
     RefillOpt,
     SeedOpt,
-    SloMsModelOpt,
+    SloMsOpt,
     SlotsOpt,
     ThrottleOpt,
     TraceArg,
@@ -71,9 +72,12 @@ from rich import box
 from rich.table import Table
 
 from helm_plan.oracle import OracleConfig
-from helm_plan.policies import USAGE, PolicyEnv, parse_policy
+from helm_plan.policies import USAGE, PolicyEnv, PolicyKind, parse_policy
 from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL
 from helm_plan.sim import NodeConfig, load_context, simulate_node
+
+ORACLE = OracleConfig()
+"""The searching policies' defaults (best-static, oracle; their seed is --seed)."""
 
 PolicyOpt = Annotated[
     str,
@@ -89,9 +93,9 @@ def simulate(
     gpu: GpuOpt = DEFAULT_GPU,
     model: ModelOpt = DEFAULT_MODEL,
     latency: LatencyOpt = None,
-    slo_ms: SloMsModelOpt = None,
+    slo_ms: SloMsOpt = NODE.slo_ms,
     window_s: WindowSOpt = NODE.window_s,
-    policy: PolicyOpt = "best-static",
+    policy: PolicyOpt = PolicyKind.BEST_STATIC.value,
     refill: RefillOpt = None,
     realloc: ReallocAliasOpt = None,
     slots: SlotsOpt = NODE.slots,
@@ -102,23 +106,15 @@ def simulate(
     warmup_windows: WarmupOpt = NODE.warmup_windows,
     pool_bytes: PoolBytesOpt = None,
     pool_fraction: PoolFractionOpt = None,
-    seed: SeedOpt = 0,
+    seed: SeedOpt = ORACLE.seed,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Simulate one GPU node serving TRACE under a ratio policy and refill mode."""
+    guard(inputs=[trace, gpu, model, latency], policies=[policy])
     pol = parse_policy(policy)
-    ctx = load_context(
-        trace,
-        gpu=gpu,
-        model=model,
-        latency=latency,
-        pool_bytes=pool_bytes,
-        pool_fraction=pool_fraction,
-        seed=seed,
-    )
-    cfg = NodeConfig(
-        slo_ms=ctx.model.default_slo_ms if slo_ms is None else slo_ms,
+    cfg = NodeConfig(  # checks the options before any work
+        slo_ms=slo_ms,
         window_s=window_s,
         slots=slots,
         batch_max=batch_max,
@@ -128,8 +124,12 @@ def simulate(
         throttle_share=throttle_share,
         warmup_windows=warmup_windows,
     )
+    ctx = load_context(trace, gpu=gpu, model=model, latency=latency, pool_bytes=pool_bytes,
+                       pool_fraction=pool_fraction, seed=seed)  # fmt: skip
+    cfg = cfg.for_context(ctx)  # the one SLO rule: --slo-ms, else the model's default
     with task(f"policy {pol.spec}", quiet=quiet or as_json or not pol.searches) as progress:
-        built = pol.build(ctx, cfg, PolicyEnv(oracle=OracleConfig(seed=seed), progress=progress))
+        env = PolicyEnv(oracle=dataclasses.replace(ORACLE, seed=seed), progress=progress)
+        built = pol.build(ctx, cfg, env)
     if built.refill is not None:
         cfg = dataclasses.replace(cfg, refill=built.refill)
     res = simulate_node(ctx, built.policy, cfg)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from helm_plan_cli.files import guard
 from helm_plan_cli.options import (
     DurationSOpt,
     JsonOpt,
@@ -18,18 +19,27 @@ from helm_plan_cli.options import (
     RegimeOpt,
     SeedOpt,
 )
-from helm_plan_cli.output import emit_json
+from helm_plan_cli.output import emit_json, emit_line
 from helm_plan_cli.progress import task
 
 from helm_plan import synth
 from helm_plan.config import from_dict
 from helm_plan.errors import ConfigError
-from helm_plan.io import check_output
 from helm_plan.mixshift import parse_shift
+
+SYNTH = synth.SynthConfig()
+"""The synth knobs' defaults, read once here."""
 
 
 def _opt(flag: str, help_: str) -> Any:
     return typer.Option(flag, help=help_)
+
+
+def _knob(flag: str, help_: str) -> Any:
+    """An option setting the SynthConfig field of the same name; --help shows its default."""
+    value = getattr(SYNTH, flag.removeprefix("--").replace("-", "_"))
+    shown = f"{value:,}" if isinstance(value, int) else f"{value:g}"
+    return typer.Option(flag, help=f"{help_} (default: {shown}).")
 
 
 def synth_command(
@@ -41,41 +51,37 @@ def synth_command(
         int | None,
         _opt("--users", "Expected distinct users outside bursts (default: one per 12 requests)."),
     ] = None,
-    items: Annotated[int | None, _opt("--items", "Item catalog size (default: 1000000).")] = None,
+    items: Annotated[int | None, _knob("--items", "Item catalog size")] = None,
     zipf_alpha: Annotated[
-        float | None,
-        _opt("--zipf-alpha", "Item popularity skew, P(rank k) ~ k^-alpha (default: 1.0)."),
+        float | None, _knob("--zipf-alpha", "Item popularity skew, P(rank k) ~ k^-alpha")
     ] = None,
     candidates: Annotated[
-        int | None, _opt("--candidates", "n_candidates per request, 0 allowed (default: 512).")
+        int | None, _knob("--candidates", "n_candidates per request, 0 allowed")
     ] = None,
     max_seq_len: Annotated[
-        int | None, _opt("--max-seq-len", "Cap on each user's history, tokens (default: 8192).")
+        int | None, _knob("--max-seq-len", "Cap on each user's history, tokens")
     ] = None,
     returning_share: Annotated[
         float | None,
-        _opt(
+        _knob(
             "--returning-share",
             "Share of users (outside bursts) active before the trace; their first request "
-            "carries their pre-existing history (default: 0.8).",
+            "carries their pre-existing history",
         ),
     ] = None,
     returning_history_mean: Annotated[
         float | None,
-        _opt(
-            "--returning-history-mean",
-            "Mean pre-existing history of a returning user, tokens (default: 1536).",
-        ),
+        _knob("--returning-history-mean", "Mean pre-existing history of a returning user, tokens"),
     ] = None,
     burst_cold_share: Annotated[
         float | None,
-        _opt("--burst-cold-share", "Share of burst requests from users new to the trace (0.8)."),
+        _knob("--burst-cold-share", "Share of burst requests from users new to the trace"),
     ] = None,
     burst_new_item_share: Annotated[
         float | None,
-        _opt(
+        _knob(
             "--burst-new-item-share",
-            "Share of burst items that are new items, never seen before the burst (0.1).",
+            "Share of burst items that are new items, never seen before the burst",
         ),
     ] = None,
     sets: Annotated[
@@ -104,7 +110,7 @@ def synth_command(
     scale: Annotated[
         float,
         _opt("--scale", "With --like: multiply the fitted users, QPS and catalog."),
-    ] = 10.0,
+    ] = synth.LIKE_SCALE,
     shift: Annotated[
         list[str] | None,
         _opt(
@@ -115,12 +121,12 @@ def synth_command(
             "their history). Bursts follow --regime (default burst) and --set burst_*.",
         ),
     ] = None,
-    seed: SeedOpt = 0,
+    seed: SeedOpt = SYNTH.seed,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Generate a synthetic trace: Zipf items with drift, returning, revisiting and cold users, regimes."""
-    check_output(out, like)
+    guard(inputs=[like], outputs={"-o": out})
     quiet = quiet or as_json
     given: dict[str, Any] = {
         "regime": regime,
@@ -182,7 +188,7 @@ def synth_command(
             },
         )
         return
-    typer.echo(
+    emit_line(
         f"wrote {res.path}: {res.requests:,} requests, {res.users:,} users, "
         f"{res.history_tokens:,} history items, {what} ({time.perf_counter() - t0:.1f} s)"
     )

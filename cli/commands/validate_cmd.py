@@ -1,57 +1,40 @@
 """`helm-plan validate`: a controller closed loop against the oracle schedule and best static.
 
-The figures are those of :func:`helm_plan.controller.training.validate`.
+The figures are those of :func:`helm_plan.controller.validation.validate`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
-import numpy as np
 import typer
 from helm_plan_cli.options import (
+    AblationOpt,
+    ControllerArg,
+    ControllerTracesArg,
     JsonOpt,
     PoolFractionOpt,
     QuietOpt,
     SeedOpt,
     SloMsOpt,
     WindowSOpt,
+    controller_node,
+    trace_contexts,
 )
-from helm_plan_cli.output import emit_json, emit_table
+from helm_plan_cli.output import emit_json, emit_line, emit_table
 from helm_plan_cli.progress import task
 from rich.table import Table
 
 from helm_plan import regimes
-from helm_plan.controller import training
+from helm_plan.controller import training, validation
+from helm_plan.controller.features import NARROW_BAND
 from helm_plan.controller.runtime import Controller
-from helm_plan.sim import NodeConfig, load_context
-
-InputsArg = Annotated[
-    list[Path],
-    typer.Argument(help="Canonical traces (.parquet) or label sets (.npz from --save-labels).",
-                   show_default=False),
-]  # fmt: skip
-TracesArg = Annotated[list[Path], typer.Argument(help="Canonical traces.", show_default=False)]
-ControllerArg = Annotated[Path, typer.Argument(help="Controller .npz (from `helm-plan train`).")]
-TimestepsOpt = Annotated[int, typer.Option("--timesteps", help="PPO environment steps.")]
-SaveLabelsOpt = Annotated[
-    Path | None, typer.Option("--save-labels", help="Also write the label set (.npz) here.")
-]
-AblationOpt = Annotated[
-    bool, typer.Option("--ablation/--no-ablation", help="Also run base and base+adapter.")
-]
-
-
-def _contexts(paths: list[Path], pool_fraction: float | None, seed: int):
-    for p in paths:
-        yield str(p), load_context(p, pool_fraction=pool_fraction, seed=seed)
 
 
 def validate(
     controller: ControllerArg,
-    traces: TracesArg,
-    seed: SeedOpt = 0,
+    traces: ControllerTracesArg,
+    seed: SeedOpt = training.LABEL_ORACLE.seed,
     window_s: WindowSOpt = training.DEFAULT_NODE.window_s,
     slo_ms: SloMsOpt = training.DEFAULT_NODE.slo_ms,
     pool_fraction: PoolFractionOpt = None,
@@ -59,35 +42,33 @@ def validate(
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Run CONTROLLER closed loop on TRACE... against the oracle schedule and best static."""
+    """Run CONTROLLER closed loop on TRACE... against best static, the oracle and simple rules."""
     ctrl = Controller.load(controller)
-    ncfg = NodeConfig(window_s=window_s, slo_ms=slo_ms)
-    figs = []
+    ncfg = controller_node(window_s, slo_ms)
+    vals = []
     with task("validating", quiet=quiet or as_json) as progress:
-        for i, (name, ctx) in enumerate(_contexts(traces, pool_fraction, seed)):
-            spans = regimes.read_spans(name)
-            figs.append(training.validate(ctrl, ctx, name, ncfg, ablation=ablation,
-                                          spans=spans).figures)  # fmt: skip
+        for i, (name, ctx) in enumerate(trace_contexts(traces, pool_fraction, seed)):
+            vals.append(validation.validate(ctrl, ctx, name, ncfg.for_context(ctx),
+                                            ablation=ablation, seed=seed,
+                                            spans=regimes.read_spans(name)))  # fmt: skip
             progress(i + 1, len(traces))
+    card_lat = ctrl.card.get("decision_latency_us")
     if as_json:
-        emit_json("validate", {"controller": str(controller), "traces": figs})
+        emit_json("validate", {"controller": str(controller), "card_latency_us": card_lat,
+                               "traces": [v.figures() for v in vals]})  # fmt: skip
         return
-    t = Table(title=f"controller {controller} (|r - r*| over windows with a flat band < "
-                    f"{training.NARROW_BAND:g}; elsewhere r* is arbitrary)")  # fmt: skip
-    cols = ["trace", "P99 ms", "oracle", "best static", "regret", "vs static", "|r-r*|",
-            "narrow w", "step µs p50/p99"]  # fmt: skip
-    for c in cols:
+    t = Table(title=f"controller {controller}: gains are 1 - P99/P99 of the peer over measured "
+                    f"windows; |r - r*| over windows with a flat band < {NARROW_BAND:g}")  # fmt: skip
+    for c in validation.COLUMNS:
         t.add_column(c, justify="left" if c == "trace" else "right")
-    for f in figs:
-        t.add_row(
-            Path(f["trace"]).name, f"{f['p99_ms']:.3f}", f"{f['oracle_p99_ms']:.3f}",
-            f"{f['best_static_p99_ms']:.3f}", f"{f['regret_vs_oracle']:+.1%}",
-            f"{f['vs_best_static']:+.1%}",
-            "n/a" if np.isnan(f["abs_dr_narrow"]) else f"{f['abs_dr_narrow']:.3f}",
-            str(f["narrow_windows"]),
-            f"{f['latency_median_us']:.1f}/{f['latency_p99_us']:.1f}",
-        )  # fmt: skip
-    emit_table(t, *[regime_rich(f) for f in figs if f.get("regimes")])
+    for row in validation.format_rows(vals):
+        t.add_row(Path(row[0]).name, *row[1:])
+    emit_table(t, *[regime_rich(v.figures()) for v in vals if v.regimes])
+    for v in vals:
+        emit_table(validation.verdict(v))
+    card = (f"; the controller's card records {card_lat['median']:.1f} / {card_lat['p99']:.1f} "
+            "µs (median / p99, the card's figure)" if card_lat else "")  # fmt: skip
+    emit_line(f"decision latency above: measured in this run by the runtime's own timer{card}")
 
 
 def regime_rich(f: dict) -> Table:

@@ -7,12 +7,20 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from helm_plan.cache.curves import CurvesConfig
-from helm_plan.config import from_dict, require_int, require_positive, require_range
+from helm_plan.cluster.config import MAX_NODES, NODES_REASON
+from helm_plan.config import (
+    from_dict,
+    require_at_most,
+    require_int,
+    require_positive,
+    require_range,
+)
 from helm_plan.errors import ConfigError
 from helm_plan.exec import ExecutorConfig
 from helm_plan.oracle import OracleConfig
+from helm_plan.plan.config import require_attainment
 from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL
-from helm_plan.sim import DEFAULT_SLO_MS, DEFAULT_WINDOW_S, NodeConfig
+from helm_plan.sim import DEFAULT_WINDOW_S, NodeConfig
 from helm_plan.synth import SynthConfig
 
 DEMO_SYNTH = SynthConfig(
@@ -40,8 +48,9 @@ class AnalyzeConfig:
     """Model profile name or TOML path."""
     latency: str | None = None
     """Latency profile name or TOML path (None = the shipped GPU_MODEL profile or a roofline)."""
-    slo_ms: float = DEFAULT_SLO_MS
-    """P99 latency SLO, milliseconds."""
+    slo_ms: float | None = None
+    """P99 latency SLO, milliseconds (None: the model profile's default_slo_ms, the one SLO rule
+    of every command: :func:`helm_plan.profiles.resolve_slo_ms`)."""
     window_s: float = DEFAULT_WINDOW_S
     """Window length, seconds (curves, oracle and policies)."""
     pool_bytes: int | None = None
@@ -66,6 +75,14 @@ class AnalyzeConfig:
     """Plan for this rate in the busiest window, requests/s (None: the trace's own)."""
     scale: float | None = None
     """Plan for the trace's rate times this factor (instead of peak_qps)."""
+    scale_by: str = "users"
+    """The traffic model of --peak-qps / --scale (helm_plan.plan.scale: users, users-shifted,
+    time)."""
+    gpus: tuple[str, ...] | None = None
+    """GPUs the plan compares (None: every shipped GPU profile); ``gpu`` is always planned and
+    is the one the sections after Capacity analyse."""
+    headroom_steps: int = 4
+    """Bisections of each GPU's headroom (traffic growth until N + 1; 0 = skip)."""
     attainment: float = 0.99
     """Share of requests the plan requires within the SLO."""
     routers: tuple[str, ...] = ("jsq", "affinity", "kv-overlap", "helm")
@@ -81,14 +98,16 @@ class AnalyzeConfig:
     """Keep the trace's history tokens in an unlinked file in this folder instead of memory
     (4 bytes a token; the kernels drop their pages between windows). Never changes a result."""
     node: NodeConfig = field(default_factory=NodeConfig)
-    """Node simulator settings (plan section ``[node]``; slo_ms/window_s come from here)."""
+    """Node simulator settings (plan section ``[node]``; :meth:`node_config` sets its SLO and
+    window from here)."""
     oracle: OracleConfig = field(default_factory=lambda: OracleConfig(**ORACLE_DEFAULTS))
-    """Oracle settings (plan section ``[oracle]``; seed/workers come from here)."""
+    """Oracle settings (plan section ``[oracle]``; :meth:`oracle_config` sets its seed)."""
     curves: CurvesConfig = field(default_factory=CurvesConfig)
-    """Curve settings (plan section ``[curves]``; window_s comes from here)."""
+    """Curve settings (plan section ``[curves]``; :meth:`curves_config` sets window and seed)."""
 
     def __post_init__(self) -> None:
-        require_positive("slo_ms", self.slo_ms)
+        if self.slo_ms is not None:
+            require_positive("slo_ms", self.slo_ms)
         require_positive("window_s", self.window_s)
         require_range("confidence", self.confidence, 0.5, 0.999)
         if self.n_boot < 10:
@@ -96,16 +115,29 @@ class AnalyzeConfig:
                 f"n_boot must be >= 10, got {self.n_boot}", hint="set n_boot >= 10 in [analyze]"
             )
         require_int("seed", self.seed, 0)
+        require_attainment(self.attainment)  # a bad plan file fails before any stage
+        require_int("max_nodes", self.max_nodes, 1)
+        require_at_most("max_nodes", self.max_nodes, MAX_NODES, NODES_REASON)
         if self.peak_qps is not None and self.scale is not None:
             raise ConfigError("give --peak-qps or --scale, not both", hint="drop one of the two")
         ExecutorConfig(self.executor, self.workers, self.ray_address)  # validates them
-        # One source of truth for shared settings: propagate into the stage configs.
-        node = dataclasses.replace(self.node, slo_ms=self.slo_ms, window_s=self.window_s)
-        oracle = dataclasses.replace(self.oracle, seed=self.seed)
-        curves = dataclasses.replace(self.curves, window_s=self.window_s, seed=self.seed)
-        object.__setattr__(self, "node", node)
-        object.__setattr__(self, "oracle", oracle)
-        object.__setattr__(self, "curves", curves)
+        if self.gpus is not None and not self.gpus:
+            raise ConfigError("analyze needs at least one GPU to plan", hint="pass --gpus a100-80g")
+        require_int("headroom_steps", self.headroom_steps, 0, 30)
+
+    # One source of truth for the shared settings: the stages read these, never the raw
+    # sections (whose slo_ms, window_s and seed the [analyze] section owns).
+    def node_config(self, slo_ms: float) -> NodeConfig:
+        """The node config with the resolved SLO and this config's window."""
+        return dataclasses.replace(self.node, slo_ms=slo_ms, window_s=self.window_s)
+
+    def oracle_config(self) -> OracleConfig:
+        """The oracle config with this config's seed."""
+        return dataclasses.replace(self.oracle, seed=self.seed)
+
+    def curves_config(self) -> CurvesConfig:
+        """The curves config with this config's window and seed."""
+        return dataclasses.replace(self.curves, window_s=self.window_s, seed=self.seed)
 
 
 _SECTIONS = {"node": NodeConfig, "oracle": OracleConfig, "curves": CurvesConfig}

@@ -1,15 +1,20 @@
-"""``helm-plan analyze``: the end-to-end pipeline with a resumable stage cache.
+"""``helm-plan analyze``: the end-to-end pipeline, declared stages and a resumable cache.
 
-Stages run in order: ``inspect`` → ``curves`` → ``capacity`` → ``oracle`` →
-``policies`` → ``report`` (see :mod:`helm_plan.analyze.stages`); with workers,
-``curves`` and the best-static search run in the background of the oracle, on
-a worker the oracle's threads leave idle (:mod:`helm_plan.exec.background`). Each finished stage is
-stored atomically in ``DIR/.stages/<stage>-<key>.{json,parquet}``, where
-``key`` is a SHA-256 over the trace's SHA-256, the resolved profile contents,
-the stage's config and the keys of the upstream stages it reads. A rerun with
-the same inputs loads finished stages instead of recomputing them, so an
-interrupted run (SIGINT mid-stage) resumes where it stopped and leaves no
-half-written file: every output goes through :mod:`helm_plan.io`.
+The stages are records (:data:`STAGES`: name, the upstream stages whose keys
+enter its key, its own inputs, its function), run in order by one small
+runner (:class:`Runner`): ``inspect`` → ``capacity`` → ``curves`` ‖
+``oracle`` → ``policies`` → ``report``. ``capacity`` fixes the one operating
+point (:mod:`helm_plan.analyze.capacity`): every stage after it reads that
+node's traffic. With workers, ``curves`` and the best-static search run in
+the background of the oracle, on a worker the oracle's threads leave idle
+(:mod:`helm_plan.exec.background`).
+
+Each finished stage is stored atomically in ``DIR/.stages/<stage>-<key>.{json,
+parquet}``, where ``key`` is a SHA-256 over the trace's SHA-256, the resolved
+profile contents, the stage's inputs and the keys of the stages it reads. A
+rerun with the same inputs loads finished stages instead of recomputing them,
+so an interrupted run (SIGINT mid-stage) resumes where it stopped and leaves
+no half-written file: every output goes through :mod:`helm_plan.io`.
 
 Outputs in DIR: ``report.html``, ``summary.json``, ``helm.duckdb`` and
 ``labels.parquet`` (see docs/summary-schema.md).
@@ -24,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +43,7 @@ from helm_plan.analyze.config import AnalyzeConfig
 from helm_plan.analyze.operating import (
     capacity_inputs,
     operating_context,
+    planned_spans,
     shortcut_note,
     stage_capacity,
 )
@@ -55,16 +61,18 @@ from helm_plan.analyze.stages import (
 from helm_plan.exec import Progress
 from helm_plan.oracle import read_labels, write_labels
 from helm_plan.oracle.static import BackgroundStatic
+from helm_plan.plan.run import require_rate
+from helm_plan.profiles import resolve_slo_ms
+from helm_plan.regimes import RegimeSpan
 from helm_plan.report import html as report_html
 from helm_plan.report.store import RunData, write_store
 from helm_plan.report.summary import build_summary
+from helm_plan.report.tables import CONFIG, LATENCY_COEF, TIMINGS, VERSIONS
 from helm_plan.sim import NodeContext, load_context
 from helm_plan.synth import SynthConfig
 
 ProgressFactory = Callable[[str], AbstractContextManager[Progress]]
-STAGES = ("inspect", "curves", "capacity", "oracle", "policies", "report")
-"""Pipeline stages in run order."""
-STAGE_VERSION = "1"
+STAGE_VERSION = "2"
 """Bump to invalidate every cached stage (a change in what a stage computes)."""
 
 
@@ -117,8 +125,154 @@ class AnalyzeResult:
     """Warnings for the user (e.g. the whole footprint fits in the pool)."""
 
 
+@dataclass
+class Run:
+    """One run's state, as the stages read it (private to this module and the stages)."""
+
+    cfg: AnalyzeConfig
+    tpath: Path
+    executor: executors.Executor
+    ctx: NodeContext
+    """The trace as given (inspect and capacity read it)."""
+    slo_ms: float
+    """The SLO, resolved once (:func:`helm_plan.profiles.resolve_slo_ms`)."""
+    base: dict[str, Any]
+    """What every stage key includes: the trace, the profiles, the pool, the seed."""
+    op: NodeContext | None = None
+    """The analysed node's traffic (set after capacity)."""
+    fleet_ratio: float | None = None
+    """The planned fleet's static r (a row of the policies stage, set after capacity)."""
+    fits: bool = False
+    """The analysed node's footprint fits its pool (the oracle runs its grid only)."""
+    static: BackgroundStatic | None = None
+    """The best-static search running beside the oracle."""
+    spans: list[RegimeSpan] = field(default_factory=list)
+    """The trace's regime spans on the analysed node's timeline (the policies' by-regime
+    figures; :func:`~helm_plan.analyze.operating.planned_spans`)."""
+    labels: Any = None
+    outputs: dict[str, StageOutput] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)
+    runs: list[StageRun] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def node(self):  # noqa: ANN201
+        return self.cfg.node_config(self.slo_ms)
+
+    @property
+    def oracle(self):  # noqa: ANN201
+        o = self.cfg.oracle_config()
+        return oracle_shortcut(o) if self.fits else o
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One analyze stage: its name, the stages whose keys its key includes, its own inputs
+    (JSON-able, hashed into the key) and its function."""
+
+    name: str
+    up: tuple[str, ...]
+    inputs: Callable[[Run], Any]
+    compute: Callable[[Run, Progress], Any]
+    labels: bool = False
+    """Stores a :class:`~helm_plan.oracle.Labels` (parquet) instead of tables (JSON)."""
+
+
+def _capacity_key(run: Run) -> dict[str, Any]:
+    key = asdict(capacity_inputs(run.cfg))
+    key["plan"]["spill_dir"] = None  # never changes a result
+    return key
+
+
+STAGES = {
+    s.name: s
+    for s in (
+        Stage("inspect", (), lambda run: {},
+              lambda run, tick: stage_inspect(run.tpath, run.ctx, tick)),
+        Stage("capacity", (), _capacity_key,
+              lambda run, tick: stage_capacity(run.ctx, capacity_inputs(run.cfg), tick,
+                                               run.executor)),
+        Stage("curves", ("capacity",), lambda run: asdict(run.cfg.curves_config()),
+              lambda run, tick: stage_curves(run.op, run.cfg.curves_config(), tick)),
+        Stage("oracle", ("capacity",), lambda run: {"node": asdict(run.node),
+                                                     "cfg": asdict(run.oracle)},
+              lambda run, tick: stage_oracle(run.op, run.node, run.oracle, tick, run.executor),
+              labels=True),
+        Stage("policies", ("oracle",),
+              lambda run: {"node": asdict(run.node), "cfg": asdict(run.oracle),
+                           "boot": [run.cfg.n_boot, run.cfg.confidence],
+                           "fleet": run.fleet_ratio, "spans": [list(sp) for sp in run.spans]},
+              lambda run, tick: stage_policies(
+                  run.op, run.node, run.oracle, run.labels, n_boot=run.cfg.n_boot,
+                  confidence=run.cfg.confidence, seed=run.cfg.seed, progress=tick,
+                  executor=run.executor, static=run.static, fleet_ratio=run.fleet_ratio,
+                  spans=run.spans)),
+    )
+}  # fmt: skip
+"""The stages, in run order (the report follows them)."""
+
+
 def _null_factory(label: str) -> AbstractContextManager[Progress]:
     return contextlib.nullcontext(lambda done, total: None)
+
+
+class Runner:
+    """Runs stages through the cache: key, load or compute, store, time."""
+
+    def __init__(self, run: Run, cache: StageCache, pf: ProgressFactory) -> None:
+        self.run, self.cache, self.pf = run, cache, pf
+
+    def key(self, s: Stage) -> str:
+        r = self.run
+        if s.name not in r.keys:
+            up = {u: self.key(STAGES[u]) for u in s.up}
+            r.keys[s.name] = stable_hash({**r.base, "stage": s.name, "in": s.inputs(r), "up": up})
+        return r.keys[s.name]
+
+    def _path(self, s: Stage) -> Path:
+        return self.cache.path(s.name, self.key(s), "parquet" if s.labels else "json")
+
+    def done(self, s: Stage) -> bool:
+        return self._path(s).is_file()
+
+    def _load(self, s: Stage) -> Any:
+        if not s.labels:
+            return self.cache.load(s.name, self.key(s))
+        with contextlib.suppress(Exception):
+            return read_labels(self._path(s))
+        return None
+
+    def _keep(self, s: Stage, out: Any) -> None:
+        if s.labels:
+            self.run.labels = out
+        else:
+            self.run.outputs[s.name] = out
+
+    @contextlib.contextmanager
+    def _timed(self, s: Stage, cached: bool) -> Iterator[Progress]:
+        t0 = time.perf_counter()
+        with self.pf(f"{s.name} (cached)" if cached else s.name) as tick:
+            yield tick
+        self.run.runs.append(StageRun(s.name, self.key(s), cached, time.perf_counter() - t0))
+
+    def __call__(self, name: str, compute: Callable[[Progress], Any] | None = None) -> Any:
+        """Load stage ``name`` or compute it (``compute`` replaces the stage's function, e.g.
+        collecting it from the background), store it, and keep it in the run."""
+        s = STAGES[name]
+        hit = self._load(s)
+        with self._timed(s, hit is not None) as tick:
+            if hit is None:
+                t0 = time.perf_counter()
+                hit = compute(tick) if compute else s.compute(self.run, tick)
+                self.run.seconds[name] = time.perf_counter() - t0
+                if s.labels:
+                    write_labels(hit, self._path(s))
+                else:
+                    self.cache.save(s.name, self.key(s), hit)
+            else:
+                tick(1, 1)
+        self._keep(s, hit)
+        return hit
 
 
 def run_analyze(
@@ -154,125 +308,74 @@ def _run_analyze(
         spill_dir=cfg.spill_dir,
     )  # fmt: skip
     sha = trace.sha256(tpath)
-    gpu, model, lat_prof = ctx.gpu, ctx.model, ctx.latency_profile
-    n_requests = int(ctx.arrays.n_requests)
+    lat_prof = ctx.latency_profile
+    if cfg.capacity:
+        require_rate(ctx.arrays)  # before any stage: planning needs an arrival rate
     assert lat_prof is not None  # load_context always resolves one
-    base = {"v": STAGE_VERSION, "trace": sha, "gpu": asdict(gpu), "model": asdict(model),
+    base = {"v": STAGE_VERSION, "trace": sha, "gpu": asdict(ctx.gpu), "model": asdict(ctx.model),
             "latency": asdict(lat_prof), "pool": ctx.pool_bytes, "seed": cfg.seed}  # fmt: skip
-    keys = {"inspect": stable_hash({**base, "stage": "inspect"})}
-    keys["curves"] = stable_hash({**base, "stage": "curves", "cfg": asdict(cfg.curves)})
-    ocfg = cfg.oracle  # the executor never changes results, so it is not in the key
-    keys["oracle"] = stable_hash(
-        {**base, "stage": "oracle", "node": asdict(cfg.node), "cfg": asdict(ocfg)}
-    )
-    keys["policies"] = stable_hash({**base, "stage": "policies", "up": keys["oracle"],
-                              "node": asdict(cfg.node), "cfg": asdict(ocfg),
-                              "boot": [cfg.n_boot, cfg.confidence]})  # fmt: skip
     record = {"trace": str(tpath), "command": command,
               "config": json.loads(json.dumps(asdict(cfg), default=str))}  # fmt: skip
     with rundir.claim(out, sha, record):
-        cache = StageCache(out)
-        runs: list[StageRun] = []
-        outputs: dict[str, StageOutput] = {}
-
-        @contextlib.contextmanager
-        def stage(name: str, cached: bool) -> Iterator[Progress]:
-            t0 = time.perf_counter()
-            with pf(f"{name} (cached)" if cached else name) as tick:
-                yield tick
-            runs.append(StageRun(name, keys.get(name, ""), cached, time.perf_counter() - t0))
-
-        def cached_or(name: str, compute: Callable[[Progress], StageOutput]) -> StageOutput:
-            hit = cache.load(name, keys[name])
-            with stage(name, hit is not None) as tick:
-                if hit is None:
-                    hit = compute(tick)
-                    cache.save(name, keys[name], hit)
-                else:
-                    tick(1, 1)
-            outputs[name] = hit
-            return hit
-
-        curves_due = not cache.path("curves", keys["curves"], "json").is_file()
-        # the workers will read this trace (the curves, the plan's contexts and load points,
-        # which reference its arrays rather than copy them, or the oracle): the driver
-        # keeps a view of their copy instead of a second one
-        ctx = executor.share(ctx)
-        cached_or("inspect", lambda tick: stage_inspect(tpath, ctx, tick))
-        # With workers the curves need nothing downstream before the report: they run in
-        # the background on a worker the oracle leaves idle, and are collected after it.
-        curves_bg = None
-        if curves_due:
-            curves_bg = executors.background(
-                executor, lambda view: view.map(curves_task, [cfg.curves], shared=(ctx,))[0],
-                "curves",
-            )  # fmt: skip
-        if curves_bg is None:
-            cached_or("curves", lambda tick: stage_curves(ctx, cfg.curves, tick))
-        op_ctx, ocfg, keys_op, fits = ctx, cfg.oracle, {}, False
+        # the workers read this trace (the plan, inspect's tables): the driver keeps a view of
+        # their copy instead of a second one
+        run = Run(cfg, tpath, executor, executor.share(ctx), resolve_slo_ms(ctx.model, cfg.slo_ms),
+                  base)  # fmt: skip
+        stage = Runner(run, StageCache(out), pf)
+        stage("inspect")
+        n_requests = int(run.ctx.arrays.n_requests)
         if cfg.capacity:
-            # the plan and the operating point scale the loaded arrays (plan.dense): the
-            # trace is never read as a table (history lists included: ~0.7 KB a request)
-            plan_key = asdict(capacity_inputs(cfg))
-            plan_key["plan"]["spill_dir"] = None  # never changes a result
-            keys["capacity"] = stable_hash({**base, "stage": "capacity", "plan": plan_key})
-            cap = cached_or("capacity", lambda tick: stage_capacity(
-                ctx, capacity_inputs(cfg), tick, executor))  # fmt: skip
-            op_ctx = operating_context(ctx, cap.meta["per_node_factor"], cfg.seed, cfg.window_s,
-                                       cfg.spill_dir)  # fmt: skip
-            op_ctx = executor.share(op_ctx)  # the oracle's trace (ctx itself if unscaled)
-            keys_op = {"op": cap.meta["per_node_factor"]}
-            if curves_bg is None:  # the trace as it is served inspect, curves and the plan only
-                del ctx
-            release_memory()
-        if op_ctx.footprint_bytes <= op_ctx.pool_bytes:
-            ocfg, fits = oracle_shortcut(cfg.oracle), True
-        keys["oracle"] = stable_hash({"up": keys["oracle"], **keys_op, "cfg": asdict(ocfg)})
-        keys["policies"] = stable_hash({"up": keys["policies"], **keys_op, "o": keys["oracle"]})
-        lab_path = cache.path("oracle", keys["oracle"], "parquet")
-        labels = None
-        if lab_path.is_file():
-            with contextlib.suppress(Exception):
-                labels = read_labels(lab_path)
-        static = None
-        if not cache.path("policies", keys["policies"], "json").is_file():
-            # the static search needs no labels: with workers it runs beside the oracle on
-            # a worker the oracle's threads leave idle (same answer)
-            static = BackgroundStatic(op_ctx, cfg.node, ocfg, executor)
-        oracle_s = None
-        with stage("oracle", labels is not None) as tick:
-            if labels is None:
-                t_or = time.perf_counter()
-                labels = stage_oracle(op_ctx, cfg.node, ocfg, tick, executor)
-                oracle_s = time.perf_counter() - t_or
-                write_labels(labels, lab_path)
-            else:
-                tick(1, 1)
-        shortcut = shortcut_note(cfg, oracle_s, labels) if fits else {}
+            cap = stage("capacity")
+            run.op = executor.share(operating_context(run.ctx, cap, cfg.seed, cfg.window_s,
+                                                      cfg.spill_dir))  # fmt: skip
+            run.fleet_ratio = float(cap.meta["operating"]["ratio"])
+            run.spans = planned_spans(regimes.read_spans(tpath), cap, float(run.ctx.arrays.ts_s[0]))
+        else:
+            run.keys["capacity"] = "none"
+            run.op = run.ctx
+            run.spans = regimes.read_spans(tpath)
+        release_memory()
+        run.fits = run.op.footprint_bytes <= run.op.pool_bytes
+        curves_bg = None
+        if not stage.done(STAGES["curves"]):  # with workers: beside the oracle, collected after
+            op = run.op
+            curves_bg = executors.background(
+                executor, lambda view: view.map(curves_task, [cfg.curves_config()],
+                                                shared=(op,))[0], "curves")  # fmt: skip
+        if curves_bg is None:
+            stage("curves")
+        if not stage.done(STAGES["policies"]):
+            # the static search needs no labels: with workers it runs beside the oracle on a
+            # worker the oracle's threads leave idle (same answer)
+            run.static = BackgroundStatic(run.op, run.node, run.oracle, executor)
+        stage("oracle")
+        shortcut = shortcut_note(cfg, run.seconds.get("oracle"), run.labels) if run.fits else {}
         if curves_bg is not None:
-            cached_or("curves", lambda tick: curves_bg.result())
-        cached_or("policies", lambda tick: stage_policies(
-            op_ctx, cfg.node, ocfg, labels, n_boot=cfg.n_boot, confidence=cfg.confidence,
-            seed=cfg.seed, progress=tick, executor=executor, static=static,
-            spans=regimes.read_spans(tpath)))  # fmt: skip
+            stage("curves", lambda tick: curves_bg.result())
+        stage("policies")
+        return _report(run, out, pf, sha, lat_prof, command, shortcut, n_requests)
 
-        t_rep = time.perf_counter()
-        with pf("report") as tick:
-            tick(0, 4)
-            run = _run_data(tpath, sha, cfg, op_ctx, lat_prof, labels, outputs, runs, command)
-            run.meta.update(shortcut, trace_requests=n_requests)
-            store_path = write_store(out / "helm.duckdb", run)
-            tick(1, 4)
-            labels_path = write_labels(labels, out / "labels.parquet")
-            report_path = report_html.write_report(out / "report.html", run)
-            tick(3, 4)
-            runs.append(StageRun("report", "", False, time.perf_counter() - t_rep))
-            summary = build_summary(run)
-            summary["timings_s"] = {r.name: round(r.seconds, 3) for r in runs}
-            summary_path = io.write_json(out / "summary.json", summary)
-            tick(4, 4)
-        return AnalyzeResult(out, report_path, summary_path, store_path, labels_path, summary,
-                             tuple(runs), op_ctx.notes)  # fmt: skip
+
+def _report(run: Run, out: Path, pf: ProgressFactory, sha: str, lat_prof: Any, command: str,
+            shortcut: dict[str, Any], n_requests: int) -> AnalyzeResult:  # fmt: skip
+    t_rep = time.perf_counter()
+    with pf("report") as tick:
+        tick(0, 4)
+        data = _run_data(run, sha, lat_prof, command)
+        data.meta.update(shortcut, trace_requests=n_requests)
+        store_path = write_store(out / "helm.duckdb", data)
+        tick(1, 4)
+        labels_path = write_labels(run.labels, out / "labels.parquet")
+        report_path = report_html.write_report(out / "report.html", data)
+        tick(3, 4)
+        run.runs.append(StageRun("report", "", False, time.perf_counter() - t_rep))
+        summary = build_summary(data)
+        summary["setup"]["slo_source"] = data.meta["slo_source"]
+        summary["timings_s"] = {r.name: round(r.seconds, 3) for r in run.runs}
+        summary_path = io.write_json(out / "summary.json", summary)
+        tick(4, 4)
+    return AnalyzeResult(out, report_path, summary_path, store_path, labels_path, summary,
+                         tuple(run.runs), run.op.notes)  # fmt: skip
 
 
 def _config_table(cfg: AnalyzeConfig) -> pl.DataFrame:
@@ -286,29 +389,31 @@ def _config_table(cfg: AnalyzeConfig) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=["section", "key", "value"], orient="row")
 
 
-def _run_data(
-    tpath: Path, sha: str, cfg: AnalyzeConfig, ctx: NodeContext, lat_prof: Any, labels: Any,
-    outputs: dict[str, StageOutput], runs: list[StageRun], command: str,
-) -> RunData:  # fmt: skip
+def _run_data(run: Run, sha: str, lat_prof: Any, command: str) -> RunData:
+    cfg, ctx = run.cfg, run.op
     tables: dict[str, pl.DataFrame] = {}
     meta: dict[str, Any] = {}
-    for o in outputs.values():
-        tables.update(o.tables)
+    for o in run.outputs.values():
+        tables.update({k: v for k, v in o.tables.items() if not k.startswith("_")})
         meta.update(o.meta)
-    tables.update(labels_tables(labels))
-    tables["latency_coef"] = latency_table(ctx.latency, lat_prof.source)
-    tables["config"] = _config_table(cfg)
+    tables.update(labels_tables(run.labels))
+    tables[LATENCY_COEF] = latency_table(ctx.latency, lat_prof.source)
+    tables[CONFIG] = _config_table(cfg)
     v = versions()
-    tables["versions"] = pl.DataFrame({"package": list(v), "version": list(v.values())})
-    tables["timings"] = pl.DataFrame(
-        {"stage": [r.name for r in runs], "seconds": [r.seconds for r in runs],
-         "cached": [r.cached for r in runs], "key": [r.key for r in runs]}
+    tables[VERSIONS] = pl.DataFrame({"package": list(v), "version": list(v.values())})
+    tables[TIMINGS] = pl.DataFrame(
+        {"stage": [r.name for r in run.runs], "seconds": [r.seconds for r in run.runs],
+         "cached": [r.cached for r in run.runs], "key": [r.key for r in run.runs]}
     )  # fmt: skip
+    tpath = run.tpath
     meta.update(
         trace_path=str(tpath), trace_stem=tpath.stem, trace_sha256=sha, seed=cfg.seed,
         gpu=ctx.gpu.name, model=ctx.model.name, latency=lat_prof.name,
-        latency_source=lat_prof.source, slo_ms=cfg.slo_ms, window_s=cfg.window_s,
-        windows=ctx.n_windows(cfg.window_s), pool_bytes=ctx.pool_bytes,
+        latency_source=lat_prof.source, slo_ms=run.slo_ms,
+        slo_source="given (--slo-ms or [analyze] slo_ms)" if cfg.slo_ms is not None else
+        f"model {ctx.model.name} default_slo_ms: {ctx.model.slo_source}",
+        attainment=cfg.attainment,
+        window_s=cfg.window_s, windows=ctx.n_windows(cfg.window_s), pool_bytes=ctx.pool_bytes,
         pool_source=ctx.pool_source, footprint_bytes=ctx.footprint_bytes,
         notes=list(ctx.notes), command=command or f"helm-plan analyze {tpath}",
         python=sys.version.split()[0], trace_provenance=trace.provenance(tpath),

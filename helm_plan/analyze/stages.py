@@ -31,11 +31,27 @@ from helm_plan.oracle import (
     label_windows,
     sensitivity_table,
 )
-from helm_plan.oracle.labels import grid_suffix
 from helm_plan.oracle.static import BackgroundStatic, StaticRuns
 from helm_plan.policies import PolicyEnv, parse_policy
 from helm_plan.pool import Pool
 from helm_plan.regimes import RegimeSpan
+from helm_plan.report.tables import (
+    ADAPTIVITY,
+    CURVE_KNEES,
+    CURVES,
+    LABELS,
+    LABELS_GRID,
+    LATENCY_TERMS,
+    POLICIES,
+    POLICY_WINDOWS,
+    REGIMES,
+    SENSITIVITY,
+    STATIC_SWEEP,
+    STATS,
+    WORKLOAD_ARRIVALS,
+    WORKLOAD_HISTORY,
+    WORKLOAD_POPULARITY,
+)
 from helm_plan.sim import (
     NodeConfig,
     NodeContext,
@@ -78,7 +94,7 @@ def stage_inspect(trace_path: Path, ctx: NodeContext, progress: Progress = _noop
         values.append(float(v) if num else None)
         texts.append(None if num or v is None else str(v))
     tables = {
-        "stats": pl.DataFrame(
+        STATS: pl.DataFrame(
             {"name": names, "value": values, "text": texts},
             schema={"name": pl.String, "value": pl.Float64, "text": pl.String},
         ),
@@ -115,9 +131,9 @@ def workload_tables(a: TraceArrays, max_seq_len: int) -> dict[str, pl.DataFrame]
     ranks = np.unique(np.geomspace(1, max(len(occ), 1), num=min(len(occ), 200)).astype(np.int64))
     popularity = pl.DataFrame({"rank": ranks, "count": occ[ranks - 1].astype(np.int64)})
     return {
-        "workload_arrivals": arrivals,
-        "workload_history": history,
-        "workload_popularity": popularity,
+        WORKLOAD_ARRIVALS: arrivals,
+        WORKLOAD_HISTORY: history,
+        WORKLOAD_POPULARITY: popularity,
     }
 
 
@@ -133,7 +149,7 @@ def stage_curves(ctx: NodeContext, cfg: CurvesConfig, progress: Progress = _noop
     table = cv.table.select(keep).with_columns(pl.col("window").cast(pl.Int64))
     knees = cv.knees.with_columns(pl.col("window").cast(pl.Int64))
     return StageOutput(
-        tables={"curves": table, "curve_knees": knees},
+        tables={CURVES: table, CURVE_KNEES: knees},
         meta={"curves_emb_kv_tokens": cv.emb_kv_tokens, "curves_ratio": cfg.ratio},
     )
 
@@ -153,12 +169,17 @@ def stage_oracle(
     progress: Progress = _noop,
     executor: Executor | None = None,
 ) -> Labels:
-    """Per-window offline-optimal ratio (:func:`helm_plan.oracle.label_windows`)."""
-    return label_windows(ctx, node_cfg, oracle_cfg, progress, executor)
+    """Per-window offline-optimal ratio (:func:`helm_plan.oracle.label_windows`).
+
+    Without the coarse grid: analyze needs each window's ``r*`` and flat band, and the
+    controller's training environment (``helm-plan train``) labels its traces itself.
+    """
+    return label_windows(ctx, node_cfg, oracle_cfg, progress, executor, grid=False)
 
 
 def labels_tables(labels: Labels) -> dict[str, pl.DataFrame]:
-    """The labels as report tables: one row per window, plus the long coarse grid."""
+    """The labels as report tables: one row per window, plus the long table of the points
+    each window's search evaluated (:meth:`Labels.points`)."""
     t = labels.table
     lab = t.select(
         pl.col("window").cast(pl.Int64),
@@ -171,21 +192,7 @@ def labels_tables(labels: Labels) -> dict[str, pl.DataFrame]:
         pl.col("flatness").alias("flat_width"),
         pl.col("n_evals").cast(pl.Int64),
     )  # fmt: skip
-    rows = []
-    for r in labels.coarse_grid:
-        sfx = grid_suffix(r)
-        rows.append(
-            t.select(
-                pl.col("window").cast(pl.Int64),
-                pl.lit(float(r)).alias("ratio"),
-                pl.col(f"p99_ms_{sfx}").alias("p99_ms"),
-                pl.col(f"slo_att_{sfx}").alias("slo_attainment"),
-                pl.col(f"emb_hit_{sfx}").alias("emb_hit_rate"),
-                pl.col(f"kv_reuse_{sfx}").alias("kv_reuse_rate"),
-            )
-        )
-    grid = pl.concat(rows).sort(["window", "ratio"])
-    return {"labels": lab, "labels_grid": grid}
+    return {LABELS: lab, LABELS_GRID: labels.points()}
 
 
 # ------------------------------------------------------------------ policies
@@ -196,6 +203,9 @@ POLICY_NAMES = ("best-static", "emb-max", "kv-max", "naive-adaptive", "adaptive"
 what a server measures."""
 ADAPTIVE_NAMES = ("naive-adaptive", "adaptive", "controller")
 """Policies compared with best static by the window bootstrap."""
+FLEET_STATIC = "fleet-static"
+"""The planned fleet's own split (the r the plan found for its size) on the analysed node: the
+P99 the Capacity section reports for that node, replayed (a row when analyze planned)."""
 
 
 def oracle_pooled(
@@ -284,6 +294,7 @@ def stage_policies(
     executor: Executor | None = None,
     static: BackgroundStatic | None = None,
     spans: Sequence[RegimeSpan] = (),
+    fleet_ratio: float | None = None,
 ) -> StageOutput:
     """Best static search (or ``static``, the same search already running in the background), the policies, the oracle's pooled figures and sensitivity.
 
@@ -294,29 +305,35 @@ def stage_policies(
     independent whole-trace runs). ``spans`` (the trace's regime spans) give the
     ``regimes`` table: each policy's and the oracle schedule's figures per regime.
     """
-    total = len(POLICY_NAMES) + 2
+    names = POLICY_NAMES + ((FLEET_STATIC,) if fleet_ratio is not None else ())
+    total = len(names) + 2
     progress(0, total)
     # the adaptive policies need only the labels, so they run first: a best-static search
     # still finishing in the background (its golden steps are sequential) overlaps them
     env = PolicyEnv(oracle=oracle_cfg, labels=labels)
-    adaptive = list(ADAPTIVE_NAMES)  # the rest of POLICY_NAMES: constant ratios, from the memo
-    ran = (executor or SerialExecutor()).map(
-        policy_task, adaptive, shared=(ctx, node_cfg, env), label=lambda n: f"policy {n}"
-    )
+    ex = executor or SerialExecutor()
+    # the rest of POLICY_NAMES: constant ratios, from the memo; the controller runs once best
+    # static is known: its guard falls back to the ratio this page reports as best static
+    adaptive = [n for n in ADAPTIVE_NAMES if n != "controller"]
+    ran = ex.map(policy_task, adaptive, shared=(ctx, node_cfg, env), label=lambda n: f"policy {n}")
     if static is not None:
         bs, runs = static.result(executor)
     else:
         runs = StaticRuns(ctx, node_cfg, executor)
         runs.get([0.0, 1.0])  # emb-max and kv-max ride along with the grid's first batch
-        bs = best_static(ctx, node_cfg, oracle_cfg, None, executor, runs)
+        bs = best_static(ctx, node_cfg, oracle_cfg, None, executor, runs, grid=False)
+    if "controller" in ADAPTIVE_NAMES:
+        ran += ex.map(policy_task, ["controller"], label=lambda n: f"policy {n}",
+                      shared=(ctx, node_cfg, dataclasses.replace(env, best_static=bs)))  # fmt: skip
+        adaptive.append("controller")
     progress(1, total)
     pw, pols, terms, sens = [], [], [], []
     results: dict[str, NodeResult] = {}
     grid_r = np.asarray(labels.coarse_grid)
     lab_r = labels.r_star
-    static_r = {"best-static": bs.ratio, "emb-max": 1.0, "kv-max": 0.0}
+    static_r = {"best-static": bs.ratio, "emb-max": 1.0, "kv-max": 0.0, FLEET_STATIC: fleet_ratio}
     by_name = dict(zip(adaptive, ran, strict=True))
-    for k, name in enumerate(POLICY_NAMES, start=2):
+    for k, name in enumerate(names, start=2):
         if name in static_r:
             res, refill = runs.get([static_r[name]])[0], node_cfg.refill
         else:
@@ -369,13 +386,13 @@ def stage_policies(
     if isinstance(pooled, NodeResult):  # the carry oracle's own run of its schedule
         by_regime["oracle"] = pooled
     tables = {
-        "policy_windows": pl.concat(pw, how="vertical_relaxed"),
-        "policies": pl.DataFrame(pols),
-        "latency_terms": pl.DataFrame(terms),
-        "sensitivity": pl.concat(sens, how="vertical_relaxed"),
-        "adaptivity": pl.DataFrame(ad_rows),
-        "static_sweep": static_eval,
-        "regimes": regime_table(by_regime, ctx.arrays.ts_s, spans, node_cfg.slo_ms),
+        POLICY_WINDOWS: pl.concat(pw, how="vertical_relaxed"),
+        POLICIES: pl.DataFrame(pols),
+        LATENCY_TERMS: pl.DataFrame(terms),
+        SENSITIVITY: pl.concat(sens, how="vertical_relaxed"),
+        ADAPTIVITY: pl.DataFrame(ad_rows),
+        STATIC_SWEEP: static_eval,
+        REGIMES: regime_table(by_regime, ctx.arrays.ts_s, spans, node_cfg.slo_ms),
     }
     meta = {
         "best_static_ratio": bs.ratio,
@@ -389,10 +406,32 @@ def stage_policies(
         "oracle_schedule": oracle_schedule,
         "measured_from_window": base.measured_from_window,
         "static_replays": runs.replays,
-        "controller_decision_latency_us": _card_latency(),
+        "controller_decision_latency_us": _measured_latency(results.get("controller")),
+        "controller_card_latency_us": _card_latency(),
+        "controller_guard": _guard(results.get("controller")),
         "flat_tol": oracle_cfg.flat_tol,
     }
     return StageOutput(tables=tables, meta=meta)
+
+
+def _measured_latency(res: NodeResult | None) -> dict[str, float] | None:
+    """The controller's decision latency in this run, by the runtime's own timer (median, p99 µs)."""
+    from helm_plan.controller.validation import latency_summary
+
+    ns = res.policy_stats.get("decision_latency_ns") if res is not None else None
+    return latency_summary(ns) if ns else None
+
+
+def _guard(res: NodeResult | None) -> dict[str, float] | None:
+    """The controller's guard in this run: its anchor and the shares of decisions it fell back
+    or overrode the proposal."""
+    st = res.policy_stats if res is not None else {}
+    n = st.get("decisions", 0)
+    if not n:
+        return None
+    return {"anchor": st["anchor"], "anchor_given": st["anchor_given"],
+            "fallback_share": st["guard_fallback_windows"] / n,
+            "override_share": st["guard_overrides"] / n}  # fmt: skip
 
 
 def _card_latency() -> dict[str, float] | None:

@@ -1,11 +1,9 @@
 """Compiled kernels of the cache core (see :mod:`helm_plan.cache.core` for the model).
 
 KV is a doubly linked LRU list over users (``prev``/``next``, -1 for none).
-EMB is a log-structured LRU over dense (table, row) keys with a byte
-capacity: the queue ``qi`` logs every access by key, ``last[key]`` is the log
-position of the key's latest access (-1: not resident), and the LRU entry is
-the first log entry still current (``last[qi[p]] == p``). Positions stay
-below the log's length, so ``last`` is int32 and no per-entry clock is kept.
+EMB is an LRU over dense (table, row) keys with a byte capacity: ``last[key]``
+is the stamp of the key's latest access (-1: not resident), ordered by an access
+log only while the cache evicts (:mod:`helm_plan.cache._emblog`).
 
 Implicit candidates are drawn here, request by request, from the global
 interaction stream up to the request (its own new items are interactions
@@ -21,10 +19,24 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from helm_plan.cache._emblog import (  # noqa: F401  (the EMB LRU's names, re-exported)
+    CLK,
+    QE,
+    QH,
+    QT,
+    STAMP_LIMIT,
+    TL,
+    emb_order,
+    emb_shrink,
+    make_room,
+    renumber,
+    touch,
+)
+
 # KV meta: [head (MRU), tail (LRU), tokens used, capacity tokens]
-# EMB meta: [queue head, queue tail, bytes used, capacity bytes, clock]
+# EMB meta (helm_plan.cache._emblog): [snapshot head, next stamp, bytes used, capacity bytes,
+# accesses, snapshot end, keys touched since the snapshot]
 HEAD, TAIL, USED, CAP = 0, 1, 2, 3
-QH, QT, CLK = 0, 1, 4
 
 # Rows of the per-request output of ``replay``.
 OUT_COMPUTED, OUT_REUSED, OUT_CTX, OUT_CAND, OUT_LOOKUP_B, OUT_MISS_B, OUT_MISS = range(7)
@@ -168,75 +180,6 @@ def push_head(prev, nxt, meta, i):
     meta[HEAD] = i
 
 
-# The EMB helpers pass the log cursor (queue head/tail, bytes used, clock) as
-# locals rather than through ``emb_meta``: kept in registers, they make the
-# per-lookup path several times faster than loads and stores through an array.
-
-
-@nb.njit(cache=True)
-def _log_compact(last, qi, qh, qtl):
-    """Drop stale log entries, keeping the current ones in order; returns the new tail."""
-    w = 0
-    for k in range(qh, qtl):
-        j = qi[k]
-        if last[j] == k:
-            qi[w] = j
-            last[j] = w
-            w += 1
-    return w
-
-
-@nb.njit(cache=True, inline="always")
-def _log_append(last, qi, qh, qtl, clk, it):
-    # clk counts appends (a statistic in the meta row); currency is by position
-    if qtl == qi.shape[0]:
-        qtl = _log_compact(last, qi, qh, qtl)
-        qh = 0
-    clk += 1
-    qi[qtl] = it
-    last[it] = qtl
-    return qh, qtl + 1, clk
-
-
-@nb.njit(cache=True, inline="always")
-def _log_evict_lru(last, qi, qh):
-    """Evict the LRU entry; returns (new queue head, evicted key)."""
-    while last[qi[qh]] != qh:
-        qh += 1
-    k = qi[qh]
-    last[k] = -1
-    return qh + 1, k
-
-
-@nb.njit(cache=True)
-def emb_compact(last, qi, meta):
-    meta[QT] = _log_compact(last, qi, meta[QH], meta[QT])
-    meta[QH] = 0
-
-
-@nb.njit(cache=True)
-def emb_shrink(last, qi, meta, key_bytes):
-    """Evict LRU entries until the bytes used fit the capacity; returns the entries evicted."""
-    ev = 0
-    while meta[USED] > meta[CAP]:
-        qh, k = _log_evict_lru(last, qi, meta[QH])
-        meta[QH] = qh
-        meta[USED] -= key_bytes[k]
-        ev += 1
-    return ev
-
-
-@nb.njit(cache=True)
-def emb_order(last, qi, meta):
-    out = np.empty(meta[QT] - meta[QH], np.int64)
-    k = 0
-    for p in range(meta[QT] - 1, meta[QH] - 1, -1):
-        if last[qi[p]] == p:
-            out[k] = qi[p]
-            k += 1
-    return out[:k]
-
-
 @nb.njit(cache=True)
 def kv_shrink(prev, nxt, kv_len, meta):
     ev = 0
@@ -329,13 +272,13 @@ def serve_request(
     i, user, hist_end, uoff, hist, tok_off, tok_ring, tok_top, coff, cvals, ncand, explicit,
     seed, window, max_seq_len, chunk, item_keys, hist_tab, cand_tab, key_bytes, table_bytes,
     e_last, e_qi, k_prev, k_next, k_len, k_start, k_meta,
-    qh, qtl, used, cap, clk, counts, direct,
+    qh, qtl, used, cap, clk, qe, tl, counts, direct,
 ):  # fmt: skip
     """One request through one node's caches (the per-request body every replay shares).
 
-    The EMB log cursor (``qh, qtl, used, clk``) travels in registers and is
-    returned updated with the outcomes ``(n, c, L, M, lookup_bytes, miss_bytes,
-    misses)``. ``counts`` (float32 per key, or empty) gains one per lookup.
+    The EMB cursor (``qh, qtl, used, clk, qe, tl``, :mod:`helm_plan.cache._emblog`)
+    travels in registers and is returned updated with the outcomes ``(n, c, L, M,
+    lookup_bytes, miss_bytes, misses)``. ``counts`` (float32 per key, or empty) gains one per lookup.
     ``direct`` is the row bytes when the model has one identity table (keys are
     items), else 0.
     """
@@ -357,6 +300,8 @@ def serve_request(
             item = hist[base - n + x]
         elif explicit:
             item = cvals[coff[i] + x - n]
+            if item < 0:  # a routed node's copy of a draw made before any token
+                continue
         else:
             item = draw_candidate(seed, i, x - n, tok_off, tok_ring, window)
             if item < 0:
@@ -373,32 +318,38 @@ def serve_request(
             look_b += kb
             if count:
                 counts[key] += 1.0
-            if e_last[key] >= 0:  # hit: move to MRU by appending to the log
-                qh, qtl, clk = _log_append(e_last, e_qi, qh, qtl, clk, key)
+            old = e_last[key]
+            if old >= qe:  # hit on a key touched since the snapshot (the common case): a new
+                e_last[key] = qtl  # stamp, nothing else (written out here: calling ``touch``
+                qtl += 1  # for every hit ran the whole loop 2-4x slower as numba compiled it)
+                clk += 1
+                continue
+            if old >= 0:  # hit on a snapshot key: its first touch since the snapshot
+                tl, qtl, clk = touch(e_last, e_qi, qe, tl, qtl, clk, key, old)
                 continue
             miss += 1  # miss: copy in, evicting LRU entries until it fits
             miss_b += kb
             if kb <= cap:
-                while used + kb > cap:
-                    qh, ev = _log_evict_lru(e_last, e_qi, qh)
-                    used -= key_bytes[ev]
-                qh, qtl, clk = _log_append(e_last, e_qi, qh, qtl, clk, key)
+                if used + kb > cap:
+                    qh, qe, tl, qtl, used = make_room(e_last, e_qi, qh, qe, tl, qtl, used, cap,
+                                                      kb, key_bytes)  # fmt: skip
+                tl, qtl, clk = touch(e_last, e_qi, qe, tl, qtl, clk, key, -1)
                 used += kb
-    return qh, qtl, used, clk, n, c, L, m_c, look_b, miss_b, miss
+    return qh, qtl, used, clk, qe, tl, n, c, L, m_c, look_b, miss_b, miss
 
 
 @nb.njit(cache=True)
-def land_prefetch(t, pf, pf_keys, pf_t, key_bytes, e_last, e_qi, qh, qtl, used, cap, clk):
+def land_prefetch(t, pf, pf_keys, pf_t, key_bytes, e_last, e_qi, qe, tl, qtl, used, cap, clk):
     """Insert the prefetched keys whose copy landed by ``t`` into free space (never evicting)."""
     done = 0
     while pf < pf_keys.shape[0] and pf_t[pf] <= t:
         r = pf_keys[pf]
         pf += 1
         if e_last[r] < 0 and used + key_bytes[r] <= cap:
-            qh, qtl, clk = _log_append(e_last, e_qi, qh, qtl, clk, r)
+            tl, qtl, clk = touch(e_last, e_qi, qe, tl, qtl, clk, r, -1)
             used += key_bytes[r]
             done += 1
-    return pf, done, qh, qtl, used, clk
+    return pf, done, tl, qtl, used, clk
 
 
 @nb.njit(cache=True, nogil=True)
@@ -409,19 +360,23 @@ def replay(
     e_last, e_qi, e_meta, k_prev, k_next, k_len, k_start, k_meta,
     pf_keys, pf_t, counts, direct, out,
 ):  # fmt: skip
-    qh, qtl, used, cap, clk = e_meta[QH], e_meta[QT], e_meta[USED], e_meta[CAP], e_meta[CLK]
+    qh, qtl, used, cap = e_meta[QH], e_meta[QT], e_meta[USED], e_meta[CAP]
+    clk, qe, tl = e_meta[CLK], e_meta[QE], e_meta[TL]
     pf = 0
     pf_done = 0
     for i in range(start, stop):
-        pf, d, qh, qtl, used, clk = land_prefetch(
-            ts[i], pf, pf_keys, pf_t, key_bytes, e_last, e_qi, qh, qtl, used, cap, clk
+        if qtl > STAMP_LIMIT:  # rare: restamp 0..R-1 before the stamps leave int32
+            qe = qtl = renumber(e_last, e_qi, qh, qe, tl)
+            qh = tl = 0
+        pf, d, tl, qtl, used, clk = land_prefetch(
+            ts[i], pf, pf_keys, pf_t, key_bytes, e_last, e_qi, qe, tl, qtl, used, cap, clk
         )
         pf_done += d
-        qh, qtl, used, clk, n, c, L, m_c, look_b, miss_b, miss = serve_request(
+        qh, qtl, used, clk, qe, tl, n, c, L, m_c, look_b, miss_b, miss = serve_request(
             i, user, hist_end, uoff, hist, tok_off, tok_ring, tok_top, coff, cvals, ncand, explicit,
             seed, window, max_seq_len, chunk, item_keys, hist_tab, cand_tab, key_bytes,
             table_bytes, e_last, e_qi, k_prev, k_next, k_len, k_start, k_meta,
-            qh, qtl, used, cap, clk, counts, direct,
+            qh, qtl, used, cap, clk, qe, tl, counts, direct,
         )  # fmt: skip
         j = i - start
         out[OUT_COMPUTED, j] = n
@@ -432,12 +387,13 @@ def replay(
         out[OUT_MISS_B, j] = miss_b
         out[OUT_MISS, j] = miss
     e_meta[QH], e_meta[QT], e_meta[USED], e_meta[CLK] = qh, qtl, used, clk
+    e_meta[QE], e_meta[TL] = qe, tl
     return pf_done
 
 
 @nb.njit(cache=True)
-def count_stream(n_computed, ncand, tok_off, explicit, start, item_keys, hist_tab, cand_tab):
-    """Per-request EMB lookups (keys) of requests ``start..`` given their computed tokens."""
+def count_stream(n_computed, ncand, tok_off, explicit, idx, item_keys, hist_tab, cand_tab):
+    """Per-request EMB lookups (keys) of requests ``idx`` (ascending) given their computed tokens."""
     n_h = 0
     n_c = 0
     for t in range(item_keys.shape[1]):
@@ -445,7 +401,7 @@ def count_stream(n_computed, ncand, tok_off, explicit, start, item_keys, hist_ta
         n_c += cand_tab[t]
     out = np.empty(n_computed.shape[0], np.int64)
     for j in range(n_computed.shape[0]):
-        i = start + j
+        i = idx[j]
         m = ncand[i] if explicit or tok_off[i + 1] > 0 else 0  # nothing to draw from yet
         out[j] = n_computed[j] * n_h + m * n_c
     return out
@@ -454,12 +410,14 @@ def count_stream(n_computed, ncand, tok_off, explicit, start, item_keys, hist_ta
 @nb.njit(cache=True)
 def fill_stream(
     user, hist_end, uoff, hist, tok_off, tok_ring, tok_top, coff, cvals, ncand, explicit,
-    seed, window, start, n_computed, item_keys, hist_tab, cand_tab, offs, ids,
+    seed, window, idx, n_computed, item_keys, hist_tab, cand_tab, offs, ids,
 ):  # fmt: skip
-    """The EMB key stream of requests ``start..``: history tokens, then candidates, table by table."""
+    """The EMB key stream of requests ``idx`` (ascending; a span, or one node's requests in a
+    cluster: the ring of implicit draws jumps over the others): history tokens, then
+    candidates, table by table."""
     n_tab = item_keys.shape[1]
     for j in range(n_computed.shape[0]):
-        i = start + j
+        i = idx[j]
         base = uoff[user[i]] + hist_end[i]
         n = n_computed[j]
         w = offs[j]
@@ -470,6 +428,8 @@ def fill_stream(
                 item = hist[base - n + x]
             elif explicit:
                 item = cvals[coff[i] + x - n]
+                if item < 0:  # a routed node's copy of a draw made before any token
+                    continue
             else:
                 item = draw_candidate(seed, i, x - n, tok_off, tok_ring, window)
                 if item < 0:

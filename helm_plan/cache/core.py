@@ -24,16 +24,18 @@ Per request (DESIGN.md, Node model), with ``H`` the user's history length:
 Implicit candidates (a trace without a ``candidates`` column) are drawn in
 the kernel from the interaction stream up to each request (no look-ahead).
 
-The EMB LRU is log-structured because EMB lookups dominate (history tokens
-plus hundreds of candidates per request): every access appends the key to a
-log, and ``emb_last[key]`` holds the log position of the key's latest access
-(-1: not resident). The least recently used key is the first log entry that
-is still current (``emb_last[emb_qi[p]] == p``). A hit is one write and one
-append; the log is compacted when full (amortised O(1)), which moves the
-current entries to the front and rewrites their positions, and eviction order
-is exactly LRU. Positions instead of access clocks keep ``emb_last`` int32
-and need no second log array (a 32-node cluster of 1.2M keys: 0.44 GiB of
-logs and residency instead of 1.2 GiB). KV (one operation per request) keeps a doubly
+The EMB LRU is built for lookups, which dominate (history tokens plus hundreds
+of candidates per request): every access gives the key the next stamp
+(``emb_last[key]``, int32; -1: not resident), and the order of the stamps is the
+LRU order (:mod:`helm_plan.cache._emblog`). Evictions pop a snapshot of the
+resident keys sorted by stamp (``emb_qi``), skipping keys accessed since; when
+none is left, the keys accessed since the snapshot, sorted, become the next. A
+hit writes the stamp (and, once per snapshot, appends the key to that list), so
+a cache whose hot set fits costs about half as much per lookup as the access log
+it replaced, and the eviction order is exactly LRU. Stamps instead of access
+clocks keep ``emb_last`` int32 and need no second per-entry array (a 32-node
+cluster of 1.2M keys: 0.44 GiB of snapshots and residency instead of 1.2 GiB).
+KV (one operation per request) keeps a doubly
 linked list.
 """
 
@@ -45,6 +47,7 @@ import numpy as np
 
 from helm_plan.arrays import TraceArrays
 from helm_plan.cache import _kernels as K
+from helm_plan.cache._emblog import new_meta
 from helm_plan.cache.keys import EmbKeys, emb_keys
 from helm_plan.errors import ConfigError
 from helm_plan.exec import counters
@@ -100,11 +103,12 @@ class CacheState:
     """Mutable cache contents of one GPU: EMB keys and per-user KV prefixes."""
 
     emb_last: np.ndarray
-    """Log position of each key's latest access, -1 if it is not cached, int32."""
+    """Stamp of each key's latest access (its LRU rank), -1 if it is not cached, int32."""
     emb_qi: np.ndarray
-    """Access log: keys, int32."""
+    """The eviction snapshot (keys by stamp), then the keys touched since, int32."""
     emb_meta: np.ndarray
-    """[log head, log tail, bytes used, capacity bytes, appends so far], int64."""
+    """[snapshot head, next stamp, bytes used, capacity bytes, accesses so far, snapshot end,
+    keys touched since], int64 (:mod:`helm_plan.cache._emblog`)."""
     kv_prev: np.ndarray
     """LRU link towards MRU per user, int32."""
     kv_next: np.ndarray
@@ -129,7 +133,7 @@ class CacheState:
         return cls(
             emb_last=np.full(len(kb), -1, np.int32),
             emb_qi=np.zeros(q, np.int32),
-            emb_meta=np.array([0, 0, 0, emb_bytes, 0], np.int64),
+            emb_meta=new_meta(emb_bytes),
             kv_prev=np.full(n_users, -1, np.int32),
             kv_next=np.full(n_users, -1, np.int32),
             kv_len=np.full(n_users, -1, np.int64),
@@ -180,11 +184,10 @@ class CacheState:
         self.kv_meta[K.CAP] = kv_tokens
         ev_keys = K.emb_shrink(self.emb_last, self.emb_qi, self.emb_meta, self.key_bytes)
         q = log_slots(emb_bytes, self.key_bytes)
-        if q > len(self.emb_qi):  # a larger cache needs a larger log to stay amortised O(1)
-            K.emb_compact(self.emb_last, self.emb_qi, self.emb_meta)
-            n = int(self.emb_meta[K.QT])
+        if q > len(self.emb_qi):  # room for the snapshot and touched keys of a larger cache
+            n = int(self.emb_meta[K.QE] + self.emb_meta[K.TL])
             qi = np.zeros(q, np.int32)
-            qi[:n] = self.emb_qi[:n]  # compacted: positions 0..n-1 stay valid
+            qi[:n] = self.emb_qi[:n]
             self.emb_qi = qi
         ev_users = K.kv_shrink(self.kv_prev, self.kv_next, self.kv_len, self.kv_meta)
         return int(ev_keys), int(ev_users)
@@ -236,9 +239,9 @@ def new_state(wl: Workload, ratio: float, pool_bytes: int, model: ModelProfile) 
 
 
 def log_slots(emb_bytes: int, key_bytes: np.ndarray) -> int:
-    """EMB log slots for an ``emb_bytes`` cache: twice the most entries that can be current."""
-    # At most min(keys, bytes / smallest key) entries are current, so a compaction frees
-    # over half the log.
+    """EMB order slots for an ``emb_bytes`` cache: twice the most keys that can be resident."""
+    # At most min(keys, bytes / smallest key) keys are resident: a snapshot and the list of
+    # keys touched since hold resident keys only.
     if len(key_bytes) == 0:
         return _QUEUE_SLACK
     most = min(len(key_bytes), emb_bytes // max(int(key_bytes.min()), 1))
@@ -376,29 +379,43 @@ def kv_pass(wl: Workload, kv_tokens: int) -> ReplayResult:
 
 
 def lookup_stream(
-    wl: Workload, n_computed: np.ndarray, start: int = 0, stop: int | None = None
+    wl: Workload,
+    n_computed: np.ndarray,
+    start: int = 0,
+    stop: int | None = None,
+    requests: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The EMB key stream of requests ``[start, stop)`` given their computed tokens.
+    """The EMB key stream of requests ``[start, stop)`` given their computed tokens, or of the
+    trace indices ``requests`` (ascending; e.g. one cluster node's requests) when given.
 
-    Returns (keys int32, per-request offsets int64 of len stop-start+1).
+    Returns (keys int32, per-request offsets int64 of len(requests) + 1).
     """
     a, k = wl.arrays, wl.keys
-    stop = a.n_requests if stop is None else stop
+    if requests is None:
+        stop = a.n_requests if stop is None else stop
+        idx = np.arange(start, stop, dtype=np.int64)
+    else:
+        idx = np.ascontiguousarray(requests, np.int64)
+        if len(idx) and (idx[0] < 0 or idx[-1] >= a.n_requests or np.any(np.diff(idx) <= 0)):
+            raise ConfigError(
+                "requests must be ascending trace indices within the trace",
+                hint="pass the sorted indices of the requests a node served",
+            )
     n_computed = np.ascontiguousarray(n_computed, np.int64)
-    if len(n_computed) != stop - start:
+    if len(n_computed) != len(idx):
         raise ConfigError(
-            f"n_computed has {len(n_computed)} entries for a span of {stop - start}",
+            f"n_computed has {len(n_computed)} entries for a span of {len(idx)}",
             hint="pass one computed-token count per request of the span",
         )
-    per = K.count_stream(n_computed, a.n_cand, a.tok_off, a.explicit_candidates, start,
+    per = K.count_stream(n_computed, a.n_cand, a.tok_off, a.explicit_candidates, idx,
                          k.item_keys, k.hist_tables, k.cand_tables)  # fmt: skip
-    offs = np.zeros(stop - start + 1, np.int64)
+    offs = np.zeros(len(idx) + 1, np.int64)
     np.cumsum(per, out=offs[1:])
     ids = np.empty(int(offs[-1]), np.int32)
     K.fill_stream(
         a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off, *token_ring(a),
         a.cand_offsets, a.cand_values, a.n_cand, a.explicit_candidates,
-        a.candidate_seed, a.candidate_window_tokens, start, n_computed,
+        a.candidate_seed, a.candidate_window_tokens, idx, n_computed,
         k.item_keys, k.hist_tables, k.cand_tables, offs, ids,
     )  # fmt: skip
     release_spilled()

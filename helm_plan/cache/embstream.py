@@ -392,6 +392,8 @@ def _generate(
                 item = hist[base - n + x]
             elif explicit:
                 item = cvals[coff[i] + x - n]
+                if item < 0:  # a routed node's copy of a draw made before any token
+                    continue
             else:
                 item = K.draw_candidate(seed, i, x - n, tok_off, tok_ring, window)
             for t in range(n_tab):

@@ -13,10 +13,16 @@ at each EMB share of a fine grid:
   ``g·B`` of the grid; the hit bytes of this window's lookups. The KV outcome
   is held at what the node served (the coupling moves the EMB stream, which a
   ghost cannot see).
-- KV: the per-request token-weighted LRU distance of the whole past
-  (:func:`kvcurve.kv_distances`, computed once per trace: it depends only on
-  who arrives with which history, never on ``r``), binned at KV capacities
-  ``(1 − g)·B / kv_bytes_per_token``; the reused tokens of this window.
+- KV: the per-request token-weighted LRU distance over the node's own past
+  requests (:class:`kvcurve.KvFeed`, carried from window to window: it
+  depends only on who arrives with which history, never on ``r``), binned at
+  KV capacities ``(1 − g)·B / kv_bytes_per_token``; the reused tokens of this
+  window.
+
+A node serving the whole trace observes contiguous spans (:meth:`Ghost.observe`);
+a cluster node observes the trace indices it served (:meth:`Ghost.observe_requests`):
+its caches see only its own requests, and so do its ghosts. Windows are
+observed in order, each once.
 
 Both are exact against replaying the window from cold at a static split
 with enough history (tested): EMB with the same KV outcome, KV for
@@ -37,8 +43,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from helm_plan.cache import core
-from helm_plan.cache.kvcurve import KvDistances, kv_distances
-from helm_plan.cache.stack import window_hits
+from helm_plan.cache.kvcurve import KvFeed
+from helm_plan.cache.stack import as_sizes, check_grid, size_plan, window_hits
 from helm_plan.errors import ConfigError
 
 GRID_POINTS = 101
@@ -59,6 +65,11 @@ class GhostCurves:
     """KV tokens reused this window at KV capacity ``(1 − r)·B``, float64."""
     ctx_tokens: float
     """Context tokens this window."""
+    emb_hit_bytes_req: np.ndarray | None = None
+    """Per request (rows, in the window's order): EMB hit bytes at each share, int64; only
+    when observed with ``per_request``."""
+    kv_reused_tokens_req: np.ndarray | None = None
+    """Per request: KV tokens reused at each share, int64; only with ``per_request``."""
 
 
 @dataclass(frozen=True)
@@ -116,41 +127,57 @@ class Ghost:
         self.kv_grid = np.floor((1.0 - self.r_grid) * pool_bytes / kv_bytes_per_token).astype(
             np.int64
         )
-        self._kv: KvDistances | None = None
+        self._kv = KvFeed(wl)
         self._hist: list[tuple[np.ndarray, np.ndarray]] = []  # (keys, offsets) per past window
+        self._grid = np.unique(self.emb_grid)
+        kb = as_sizes(wl.keys.key_bytes, wl.n_keys)[: wl.n_keys]
+        self._plan = size_plan(kb, check_grid(self._grid))  # once, not every window
 
     def reset(self) -> None:
         """Forget the remembered lookups (a cold node)."""
         self._hist = []
+        self._kv = KvFeed(self.wl)
 
     @property
-    def kv(self) -> KvDistances:
-        if self._kv is None:  # one pass per trace, on first use
-            self._kv = kv_distances(self.wl)
-        return self._kv
+    def exact_from_tokens(self) -> int:
+        """The KV curve is exact at capacities from this many tokens up (largest admitted context)."""
+        return self._kv.exact_from_tokens
 
     def observe(self, start: int, stop: int, n_computed: np.ndarray) -> GhostCurves:
         """Curves of requests ``[start, stop)`` served with ``n_computed`` prefill tokens each."""
-        ids, offs = core.lookup_stream(self.wl, n_computed, start, stop)
+        return self.observe_requests(np.arange(start, stop, dtype=np.int64), n_computed)
+
+    def observe_requests(
+        self, requests: np.ndarray, n_computed: np.ndarray, per_request: bool = False
+    ) -> GhostCurves:
+        """Curves of the requests at trace indices ``requests`` (ascending, after every earlier
+        window's) served with ``n_computed`` prefill tokens each; with ``per_request`` also
+        each request's own curves (what each request's service time would lose or gain)."""
+        idx = np.ascontiguousarray(requests, np.int64)
+        ids, offs = core.lookup_stream(self.wl, n_computed, requests=idx)
         past = self._hist[-self.history_windows :] if self.history_windows else []
-        grid = np.unique(self.emb_grid)
+        grid = self._grid
         # the past windows warm the stack, then this one is counted (fed apart: no joined copy)
-        hits, look = window_hits(
-            [*past, (ids, offs)], grid, key_bytes=self.wl.keys.key_bytes, n_ids=self.wl.n_keys
-        )
-        emb = hits[-1][np.searchsorted(grid, self.emb_grid)].astype(np.float64)
+        hits, look = window_hits([*past, (ids, offs)], grid, key_bytes=self.wl.keys.key_bytes,
+                                 n_ids=self.wl.n_keys, request_rows=per_request,
+                                 classes=self._plan)  # fmt: skip
+        at = np.searchsorted(grid, self.emb_grid)
+        emb_req = hits[len(past) :][:, at] if per_request else None
+        emb = (emb_req.sum(axis=0) if emb_req is not None else hits[-1][at]).astype(np.float64)
         if self.history_windows:
             self._hist = [*self._hist, (ids, offs)][-self.history_windows :]
-        kd = self.kv
-        d, c = kd.dist_tokens[start:stop], kd.reuse_tokens[start:stop]
+        kd = self._kv.feed(idx)
+        d, c = kd.dist_tokens, kd.reuse_tokens
         found = d >= 0
         order = np.argsort(d[found], kind="stable")
         ds, cs = d[found][order], np.cumsum(c[found][order])
         k = np.searchsorted(ds, self.kv_grid, side="right")
         kv = np.where(k > 0, cs[np.maximum(k - 1, 0)] if len(cs) else 0, 0).astype(np.float64)
-        return GhostCurves(
-            self.r_grid, emb, float(look[-1]), kv, float(kd.ctx_len[start:stop].sum())
-        )
+        kv_req = None
+        if per_request:  # request i reuses c_i at every capacity of at least its distance
+            kv_req = np.where(found[:, None] & (d[:, None] <= self.kv_grid[None, :]), c[:, None], 0)
+        return GhostCurves(self.r_grid, emb, float(look[len(past):].sum()), kv,
+                           float(kd.ctx_len.sum()), emb_req, kv_req)  # fmt: skip
 
 
 def gains(

@@ -63,15 +63,59 @@ class KvDistances:
 
 def kv_distances(wl: Workload) -> KvDistances:
     """One pass over the requests (segment tree of running maxima, module docstring)."""
-    a = wl.arrays
-    n = a.n_requests
-    dist = np.empty(n, np.int64)
-    reuse = np.empty(n, np.int64)
-    ctx = np.empty(n, np.int64)
-    lmax = _kv_dist_kernel(
-        a.user, a.hist_end, wl.max_seq_len, wl.kv_slide_chunk, a.n_users, dist, reuse, ctx
-    )
-    return KvDistances(dist, reuse, ctx, int(lmax))
+    return KvFeed(wl).feed(np.arange(wl.arrays.n_requests, dtype=np.int64))
+
+
+class KvFeed:
+    """The one-pass distances of a subsequence of requests fed in order, window by window.
+
+    A cluster node's KV cache sees only its own requests, so its distances are those of its
+    own request sequence: :meth:`feed` carries the pass's state (the segment tree, each
+    user's slot and context) from one call to the next. Fed every request of the trace in
+    order it is :func:`kv_distances`.
+    """
+
+    def __init__(self, wl: Workload) -> None:
+        a = wl.arrays
+        self.wl = wl
+        m = 2 * a.n_users + 16
+        levels = 1
+        while (1 << levels) < m:
+            levels += 1
+        size = 1 << levels
+        self._ta = np.zeros(2 * size, np.int64)
+        self._tm = np.zeros(2 * size, np.int64)
+        self._user_at = np.full(size, -1, np.int32)
+        self._last = np.full(a.n_users, -1, np.int64)
+        self._length = np.zeros(a.n_users, np.int64)
+        self._start = np.zeros(a.n_users, np.int64)
+        self._st = np.array([0, 0, size, levels], np.int64)  # pos, largest admitted L, size, levels
+        self._top = -1
+
+    @property
+    def exact_from_tokens(self) -> int:
+        """Largest admitted context so far: the distances are exact from this capacity up."""
+        return int(self._st[1])
+
+    def feed(self, requests: np.ndarray) -> KvDistances:
+        """Distances of ``requests`` (ascending trace indices, after every earlier feed)."""
+        idx = np.ascontiguousarray(requests, np.int64)
+        if len(idx) and (idx[0] <= self._top or np.any(np.diff(idx) <= 0)):
+            raise ConfigError(
+                "KV distances are fed requests in ascending order, each once",
+                hint="feed each window's requests after the previous window's",
+            )
+        n = len(idx)
+        dist = np.empty(n, np.int64)
+        reuse = np.empty(n, np.int64)
+        ctx = np.empty(n, np.int64)
+        a, wl = self.wl.arrays, self.wl
+        _kv_dist_kernel(a.user, a.hist_end, wl.max_seq_len, wl.kv_slide_chunk, idx,
+                        self._ta, self._tm, self._user_at, self._last, self._length,
+                        self._start, self._st, dist, reuse, ctx)  # fmt: skip
+        if n:
+            self._top = int(idx[-1])
+        return KvDistances(dist, reuse, ctx, self.exact_from_tokens)
 
 
 def binned_reuse(
@@ -210,36 +254,26 @@ def _compact(ta, tm, size, user_at, last, pos):
 
 
 @nb.njit(cache=True)
-def _kv_dist_kernel(user, hist_end, max_seq_len, chunk, n_users, dist, reuse, ctx):
-    m = 2 * n_users + 16
-    levels = 1
-    while (1 << levels) < m:
-        levels += 1
-    size = 1 << levels
-    ta = np.zeros(2 * size, np.int64)
-    tm = np.zeros(2 * size, np.int64)
-    user_at = np.full(size, -1, np.int32)
-    last = np.full(n_users, -1, np.int64)
-    length = np.zeros(n_users, np.int64)
-    start = np.zeros(n_users, np.int64)
-    pos = 0
-    lmax = 0
-    for i in range(user.shape[0]):
+def _kv_dist_kernel(user, hist_end, max_seq_len, chunk, idx, ta, tm, user_at, last, length,
+                    start, st, dist, reuse, ctx):  # fmt: skip
+    pos, lmax, size, levels = st[0], st[1], st[2], st[3]
+    for j in range(idx.shape[0]):
+        i = idx[j]
         u = user[i]
         full = hist_end[i]
         s0, L = K.context(full, max_seq_len, chunk)
-        ctx[i] = L
+        ctx[j] = L
         p = last[u]
         if p >= 0:
             leaf = _leaf(ta, tm, size, levels, p)
-            dist[i] = length[u] + tm[leaf]
-            reuse[i] = length[u] if start[u] == s0 else 0
+            dist[j] = length[u] + tm[leaf]
+            reuse[j] = length[u] if start[u] == s0 else 0
             _prefix_add(ta, tm, size, p, -length[u])  # u no longer sits above the slots below
             user_at[p] = -1
             last[u] = -1
         else:
-            dist[i] = -1
-            reuse[i] = 0
+            dist[j] = -1
+            reuse[j] = 0
         if K.kv_admit(full, s0, max_seq_len) and L > 0:
             if pos == size:
                 pos = _compact(ta, tm, size, user_at, last, pos)
@@ -254,7 +288,8 @@ def _kv_dist_kernel(user, hist_end, max_seq_len, chunk, n_users, dist, reuse, ct
             pos += 1
             if lmax < L:
                 lmax = L
-    return lmax
+    st[0] = pos
+    st[1] = lmax
 
 
 @nb.njit(cache=True)

@@ -112,6 +112,12 @@ def size_classes(key_bytes: np.ndarray, grid: np.ndarray) -> list[tuple[int, np.
     return [(int(sizes[c]), np.flatnonzero(cls == c)) for c in np.unique(cls[cls >= 0])]
 
 
+def class_census(key_bytes: np.ndarray, max_bytes: int) -> tuple[int, np.ndarray]:
+    """Keys of at most ``max_bytes`` bytes and their distinct sizes (a :class:`StackPass`'s)."""
+    in_class = key_bytes <= max_bytes
+    return int(in_class.sum()), np.unique(key_bytes[in_class])
+
+
 def window_of_requests(edges: np.ndarray | None, n_requests: int) -> np.ndarray:
     """Request bounds of windows (``arrays.window_edges``), or one window over everything."""
     if edges is None:
@@ -134,12 +140,19 @@ class StackPass:
     ``acc[:, :k+1].sum(axis=1)``.
     """
 
-    def __init__(self, key_bytes: np.ndarray, max_bytes: int, grid: np.ndarray, n_windows: int):
+    def __init__(
+        self,
+        key_bytes: np.ndarray,
+        max_bytes: int,
+        grid: np.ndarray,
+        n_windows: int,
+        census: tuple[int, np.ndarray] | None = None,
+    ):
         self.key_bytes = key_bytes
         self.max_bytes = int(max_bytes)
-        in_class = key_bytes <= max_bytes
-        n_class = int(in_class.sum())
-        sizes = np.unique(key_bytes[in_class])
+        # (keys in the class, their distinct sizes): a pass fed again and again (the ghost's,
+        # every window) passes them in rather than scanning every key each time
+        n_class, sizes = census if census is not None else class_census(key_bytes, max_bytes)
         self.weighted = len(sizes) > 1
         # One size: count rows (int32 tree, bin by table lookup); else bytes (int64, search).
         unit = 1 if self.weighted else int(sizes[0]) if len(sizes) else 1
@@ -202,28 +215,46 @@ def window_hits(
     *,
     key_bytes: np.ndarray | None,
     n_ids: int,
+    request_rows: bool = False,
+    classes: list[tuple[int, np.ndarray, tuple[int, np.ndarray]]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`binned_hits` of windows held apart: one ``(ids, offsets)`` per window, in order.
 
     The LRU is warm across them, and the figures are those of the windows'
     concatenation with their edges, without that concatenated copy (the
     controller's ghost feeds its past windows, then this one). Sizes are
-    gathered window by window, never one array for the whole stream.
+    gathered window by window, never one array for the whole stream. With
+    ``request_rows`` every request of the last window gets a row of its own (the
+    ghost's per-request curves), after one row per earlier window. ``classes`` is
+    :func:`size_plan` of the key sizes and ``grid``, when the caller keeps it.
     """
     parts = [(as_ids(ids, n_ids)[0], np.asarray(o, np.int64)) for ids, o in windows]
     kb = as_sizes(key_bytes, n_ids)
     grid = check_grid(grid)
     edges = np.zeros(len(parts) + 1, np.int64)
     np.cumsum([len(o) - 1 for _, o in parts], out=edges[1:])
-    hits = np.zeros((len(parts), len(grid)), np.int64)
-    look = np.array([stream_sizes(ids[o[0] : o[-1]], key_bytes, kb).sum(dtype=np.int64)
-                     for ids, o in parts], np.int64)  # fmt: skip
-    for max_b, idx in size_classes(kb[:n_ids], grid):
-        sp = StackPass(kb[:n_ids], max_b, grid[idx], len(parts))
+    look = [stream_sizes(ids[o[0] : o[-1]], key_bytes, kb).sum(dtype=np.int64)
+            for ids, o in parts]  # fmt: skip
+    rows = edges
+    if request_rows and parts:
+        ids, o = parts[-1]
+        rows = np.concatenate([edges[:-1], edges[-2] + np.arange(1, len(o), dtype=np.int64)])
+        sz = stream_sizes(ids[o[0] : o[-1]], key_bytes, kb).astype(np.int64)
+        look = look[:-1] + list(window_sums(sz, o - o[0], np.arange(len(o), dtype=np.int64)))
+    hits = np.zeros((len(rows) - 1, len(grid)), np.int64)
+    for max_b, idx, census in classes if classes is not None else size_plan(kb[:n_ids], grid):
+        sp = StackPass(kb[:n_ids], max_b, grid[idx], len(rows) - 1, census)
         for w, (ids, o) in enumerate(parts):
-            sp.feed(ids, stream_sizes(ids, key_bytes, kb), o, int(edges[w]), edges)
+            sp.feed(ids, stream_sizes(ids, key_bytes, kb), o, int(edges[w]), rows)
         hits[:, idx] = sp.hit_bytes()
-    return hits, look
+    return hits, np.array(look, np.int64)
+
+
+def size_plan(
+    key_bytes: np.ndarray, grid: np.ndarray
+) -> list[tuple[int, np.ndarray, tuple[int, np.ndarray]]]:
+    """:func:`size_classes` of ``grid`` with each class's :func:`class_census`."""
+    return [(b, idx, class_census(key_bytes, b)) for b, idx in size_classes(key_bytes, grid)]
 
 
 def window_sums(values: np.ndarray, offs: np.ndarray, edges: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ the routers that spread requests over them (DESIGN.md, Cluster and routing).
 from __future__ import annotations
 
 from helm_plan.cluster.compare import GridPoint, RouterCI, compare, router_ci, run_point
-from helm_plan.cluster.config import DEFAULT_NODES, DEFAULT_ROUTER, ClusterConfig
+from helm_plan.cluster.config import DEFAULT_NODES, DEFAULT_ROUTER, MAX_NODES, ClusterConfig
 from helm_plan.cluster.policies import FleetStatic, NodePolicies, fleet_best_static, node_policies
 from helm_plan.cluster.result import ClusterResult
 from helm_plan.cluster.routers import ROUTERS, Router, RouterKind, get_router, register_router
@@ -22,6 +22,7 @@ from helm_plan.cluster.sim import simulate_cluster
 
 __all__ = [
     "DEFAULT_NODES",
+    "MAX_NODES",
     "DEFAULT_ROUTER",
     "ROUTERS",
     "ClusterConfig",

@@ -41,11 +41,15 @@ from helm_plan.cache._kernels import (
     OUT_MISS,
     OUT_MISS_B,
     OUT_REUSED,
+    QE,
     QH,
     QT,
+    STAMP_LIMIT,
+    TL,
     USED,
     context,
     land_prefetch,
+    renumber,
     serve_request,
 )
 from helm_plan.cluster._route import (
@@ -229,21 +233,25 @@ def run_window(
                                res_h, res_c, tot_h, tot_c, c, slots, n_nodes, i)  # fmt: skip
         node[i] = n
         # the node's caches: land the refill rows due by now, then serve
-        qh, qtl, used, cap, clk = (e_meta[n, QH], e_meta[n, QT], e_meta[n, USED],
-                                   e_meta[n, E_CAP], e_meta[n, CLK])  # fmt: skip
+        qh, qtl, used, cap = e_meta[n, QH], e_meta[n, QT], e_meta[n, USED], e_meta[n, E_CAP]
+        clk, qe, tl = e_meta[n, CLK], e_meta[n, QE], e_meta[n, TL]
         el = e_last[n]
+        if qtl > STAMP_LIMIT:  # rare: restamp 0..R-1 before the stamps leave int32
+            qe = qtl = renumber(el, e_qi[n], qh, qe, tl)
+            qh = tl = 0
         hi = pf_hi[n]
-        pf, _, qh, qtl, used, clk = land_prefetch(t, pf_pos[n], pf_keys[:hi], pf_t[:hi],
-                                                  key_bytes, el, e_qi[n], qh, qtl,
+        pf, _, tl, qtl, used, clk = land_prefetch(t, pf_pos[n], pf_keys[:hi], pf_t[:hi],
+                                                  key_bytes, el, e_qi[n], qe, tl, qtl,
                                                   used, cap, clk)  # fmt: skip
         pf_pos[n] = pf
-        qh, qtl, used, clk, nc, cr, lr, mc, lb, mb, ms = serve_request(
+        qh, qtl, used, clk, qe, tl, nc, cr, lr, mc, lb, mb, ms = serve_request(
             i, user, hist_end, uoff, hist, tok_off, tok_ring, tok_top, coff, cvals, ncand, explicit,
             seed, window, max_seq_len, chunk, item_keys, hist_tab, cand_tab, key_bytes,
             table_bytes, el, e_qi[n], k_prev[:, n], k_next[:, n], k_len[:, n], k_start[:, n],
-            k_meta[n], qh, qtl, used, cap, clk, counts[n], direct,
+            k_meta[n], qh, qtl, used, cap, clk, qe, tl, counts[n], direct,
         )  # fmt: skip
-        e_meta[n, QH], e_meta[n, QT], e_meta[n, USED], e_meta[n, CLK] = qh, qtl, used, clk
+        e_meta[n, QH], e_meta[n, QT], e_meta[n, USED] = qh, qtl, used
+        e_meta[n, CLK], e_meta[n, QE], e_meta[n, TL] = clk, qe, tl
         out[OUT_COMPUTED, i] = nc
         out[OUT_REUSED, i] = cr
         out[OUT_CTX, i] = lr

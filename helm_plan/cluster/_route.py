@@ -178,6 +178,8 @@ def emb_locality(
             item = hist[base - 1 - x]
         elif explicit:
             item = cvals[coff[i] + x - nh]
+            if item < 0:  # a routed node's copy of a draw made before any token
+                continue
         else:
             item = draw_candidate(seed, i, x - nh, tok_off, tok_ring, window)
             if item < 0:

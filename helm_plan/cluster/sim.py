@@ -70,7 +70,7 @@ def simulate_cluster(
     ``policy`` is one :class:`Policy` (copied to every node), one per node, or
     fixed ratios (one, or one per window) for every node.
     """
-    ncfg = cfg.node
+    ncfg = cfg.node.for_context(ctx)
     n_nodes = cfg.nodes
     n_w = ctx.n_windows(ncfg.window_s)
     policies = node_policies(policy, n_nodes, n_w)
@@ -90,6 +90,7 @@ def simulate_cluster(
     last: list[WindowResult | None] = [None] * n_nodes
     feats: list[dict[str, float]] = [{} for _ in range(n_nodes)]
     rates: list[list[float]] = [[] for _ in range(n_nodes)]
+    served: list[np.ndarray | None] = [None] * n_nodes
     ts = a.ts_s
     tok_ring = token_ring(a)  # the windows run in order: the ring carries across them
     for w in range(n_w):
@@ -97,7 +98,8 @@ def simulate_cluster(
         tb = w * ncfg.window_s
         blocks = np.zeros(n_nodes)
         for n, run in enumerate(runners):
-            r = policies[n].decide(Observation(w, run.ratio, last[n], feats[n]))
+            # each node's own requests: its ghost caches see only what its caches saw
+            r = policies[n].decide(Observation(w, run.ratio, last[n], feats[n], served[n]))
             blocks[n] = run.begin_window(r)
             assert run.state is not None
             if w == 0:
@@ -134,6 +136,7 @@ def simulate_cluster(
         cuts = np.searchsorted(nd[order - s], np.arange(n_nodes + 1))
         for n, run in enumerate(runners):
             idx = order[cuts[n] : cuts[n + 1]]
+            served[n] = idx
             last[n] = _finish(run, st, n, idx, blocks[n], ts)
             results[n].append(last[n])
             rates[n].append(len(idx) / ncfg.window_s)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from helm_plan.cache import _kernels as K
+from helm_plan.cache._emblog import N_META
 from helm_plan.cache.core import CacheState, log_slots
 from helm_plan.cluster._route import N_LOAD
 from helm_plan.errors import HelmPlanError
@@ -51,7 +52,7 @@ class ClusterState:
         self.key_bytes = kb
         self.e_last = np.full((nn, nk), -1, np.int32)
         self.e_qi = np.zeros((nn, q), np.int32)
-        self.e_meta = np.zeros((nn, 5), np.int64)
+        self.e_meta = np.zeros((nn, N_META), np.int64)
         self.k_prev = np.full((n_users, nn), -1, np.int32)
         self.k_next = np.full((n_users, nn), -1, np.int32)
         self.k_len = np.full((n_users, nn), -1, np.int64)
@@ -103,7 +104,7 @@ class ClusterState:
     def load_from(self, n: int, st: CacheState, counts: np.ndarray | None) -> CacheState:
         """Copy a node's own (fresh) caches into column ``n``; returns the views to adopt."""
         v = self.view(n)
-        q = int(st.emb_meta[K.QT])
+        q = int(st.emb_meta[K.QE] + st.emb_meta[K.TL])  # the snapshot and touched keys
         if q > v.emb_qi.shape[0]:
             raise InternalError(f"EMB log of {q} entries exceeds the stacked log", hint=_BUG)
         v.emb_last[:] = st.emb_last

@@ -1,12 +1,15 @@
 """Label traces: the oracle's per-window labels of one trace, arranged for the training environment.
 
 A :class:`LabelTrace` holds, per window, what :class:`~helm_plan.controller.env.LabelEnv`
-needs to score any ratio without replaying: the coarse P99(r) grid with the
-oracle's own ``(r*, P99*)`` inserted, the hit rates on that grid, the flat
-band, the arrival features, and the *ghost curves* of the oracle schedule's
-own lookups (:mod:`helm_plan.cache.ghost`; the schedule is replayed once with
-lazy refill, as the carry oracle runs it), so the ghost gains at any ``r``
-come from the same machinery a live node uses.
+needs to score any ratio without replaying: the coarse P99(r) and SLO
+attainment grids with the oracle's own ``(r*, P99*, attainment*)`` inserted
+(labels from the full oracle: coarse grid, edge points and Optuna trials),
+the hit rates on that grid, the flat band, the arrival features, and the
+*ghost curves* of the oracle schedule's own lookups
+(:mod:`helm_plan.cache.ghost`; the schedule is replayed once with lazy
+refill, as the carry oracle runs it) with that replay's busy seconds, so the
+ghost gains and the measured curve at any ``r`` come from the same machinery
+a live node uses.
 
 A set of label traces is saved as one ``.npz`` (:func:`save`, :func:`load`).
 """
@@ -22,7 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from helm_plan import io
-from helm_plan.cache.ghost import Ghost
+from helm_plan.cache.ghost import GRID_POINTS, Ghost
+from helm_plan.controller import checks
+from helm_plan.controller.features import p99_gain
 from helm_plan.errors import InputFileError
 from helm_plan.exec import Progress
 from helm_plan.oracle import Labels, OracleConfig, label_windows
@@ -35,7 +40,7 @@ ARRIVAL_KEYS = ("arrival_rate_rps", "rate_trend", "burst_score", "interarrival_c
                 "cold_user_share", "hist_len_mean", "hist_len_p95")  # fmt: skip
 """Per-window arrival features copied from the label table (independent of r)."""
 
-SET_VERSION = "1"
+SET_VERSION = "2"
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,6 +63,8 @@ class LabelTrace:
     """(windows, G) EMB hit rate at ``grid_r``."""
     grid_kv_reuse: np.ndarray
     """(windows, G) KV reuse rate at ``grid_r``."""
+    grid_slo_att: np.ndarray
+    """(windows, G) SLO attainment at ``grid_r``."""
     r_star: np.ndarray
     """Oracle ratio per window (NaN for an empty window)."""
     p99_star_ms: np.ndarray
@@ -76,10 +83,21 @@ class LabelTrace:
     """EMB bytes looked up per window."""
     ghost_ctx_tokens: np.ndarray
     """Context tokens per window."""
+    busy_s: np.ndarray
+    """Service seconds per window of the schedule's replay."""
+    gain: np.ndarray
+    """(windows, 101) the counterfactual P99 curve of the replay's windows
+    (:func:`~helm_plan.controller.features.p99_gain`, relative to ``sched_r``)."""
+    sched_r: np.ndarray
+    """The ratio that replay served each window at (``r*`` filled forward)."""
     emb_s_per_byte: float
     """Service seconds per missed EMB byte (H2D plus host gather)."""
     kv_s_per_token: float
     """Service seconds per recomputed prefill token."""
+    slots: int
+    """Streams of the node (utilisation = busy seconds / (window · slots))."""
+    max_seq_len: int
+    """The model's max_seq_len (histories are features as a share of it)."""
 
     @property
     def n_windows(self) -> int:
@@ -101,6 +119,7 @@ def build(
     progress: Progress | None = None,
 ) -> LabelTrace:
     """Label ``ctx`` (unless ``labels`` are given) and gather its :class:`LabelTrace`."""
+    ncfg = ncfg.for_context(ctx)
     lab = labels or label_windows(ctx, ncfg, ocfg, progress)
     t = lab.table
     n_w = t.height
@@ -108,11 +127,13 @@ def build(
     p99 = lab.grid("p99_ms")
     emb = lab.grid("emb_hit")
     kv = lab.grid("kv_reuse")
+    att = lab.grid("slo_att")
     rs = t["r_star"].to_numpy()
     ps = t["p99_ms"].to_numpy()
     es, ks = t["emb_hit_rate"].to_numpy(), t["kv_reuse_rate"].to_numpy()
+    ats = t["slo_attainment"].to_numpy()
     gr = np.empty((n_w, len(cg) + 1))
-    gp, ge, gk = np.empty_like(gr), np.empty_like(gr), np.empty_like(gr)
+    gp, ge, gk, ga = (np.empty_like(gr) for _ in range(4))
     for w in range(n_w):
         r = np.append(cg, rs[w] if np.isfinite(rs[w]) else 0.5)
         o = np.argsort(r, kind="stable")
@@ -120,29 +141,39 @@ def build(
         gp[w] = np.append(p99[w], ps[w])[o]
         ge[w] = np.append(emb[w], es[w])[o]
         gk[w] = np.append(kv[w], ks[w])[o]
+        ga[w] = np.append(att[w], ats[w])[o]
     # the ghost curves of the schedule's own lookups (lazy refill, as the carry oracle runs it)
     ghost = Ghost(ctx.workload, ctx.pool_bytes, ctx.model.kv_bytes_per_token)
     node = NodeRunner(ctx, dataclasses.replace(ncfg, refill="lazy"))
     sched = fill_forward(rs) if np.isfinite(rs).any() else np.full(n_w, 0.5)
-    g_emb, g_kv = np.zeros((n_w, 101)), np.zeros((n_w, 101))
-    g_look, g_ctx = np.zeros(n_w), np.zeros(n_w)
+    g_emb, g_kv = np.zeros((n_w, GRID_POINTS)), np.zeros((n_w, GRID_POINTS))
+    g_look, g_ctx, busy = np.zeros(n_w), np.zeros(n_w), np.zeros(n_w)
+    gain = np.zeros((n_w, GRID_POINTS))
+    eb, kt = cost_coefficients(ctx)
     for w in range(n_w):
         res = node.step(float(sched[w]))
+        busy[w] = float(res.service_s.sum())
         if res.requests:
-            c = ghost.observe(res.first, res.first + res.requests, res.n_computed)
+            idx = np.arange(res.first, res.first + res.requests)
+            c = ghost.observe_requests(idx, res.n_computed, per_request=True)
             g_emb[w], g_kv[w], g_look[w], g_ctx[w] = (
                 c.emb_hit_bytes, c.kv_reused_tokens, c.lookup_bytes, c.ctx_tokens
             )  # fmt: skip
-    eb, kt = cost_coefficients(ctx)
+            assert c.emb_hit_bytes_req is not None and c.kv_reused_tokens_req is not None
+            saved = c.emb_hit_bytes_req * eb + c.kv_reused_tokens_req * kt
+            gain[w] = p99_gain(res.service_s, res.sojourn_s, res.ratio, ncfg.window_s,
+                               ncfg.slots, saved)  # fmt: skip
     return LabelTrace(
         name=name, window_s=ncfg.window_s, slo_ms=ncfg.slo_ms,
         arrival=np.column_stack([t[k].to_numpy() for k in ARRIVAL_KEYS]),
-        grid_r=gr, grid_p99_ms=gp, grid_emb_hit=ge, grid_kv_reuse=gk,
+        grid_r=gr, grid_p99_ms=gp, grid_emb_hit=ge, grid_kv_reuse=gk, grid_slo_att=ga,
         r_star=rs, p99_star_ms=ps,
         flat_lo=t["r_flat_lo"].to_numpy(), flat_hi=t["r_flat_hi"].to_numpy(),
         h2d_util_star=t["h2d_util"].to_numpy(),
         ghost_emb=g_emb, ghost_kv=g_kv, ghost_lookup_bytes=g_look, ghost_ctx_tokens=g_ctx,
-        emb_s_per_byte=eb, kv_s_per_token=kt,
+        busy_s=busy, gain=gain, sched_r=np.asarray(sched, np.float64),
+        emb_s_per_byte=eb, kv_s_per_token=kt, slots=ncfg.slots,
+        max_seq_len=ctx.model.max_seq_len,
     )  # fmt: skip
 
 
@@ -169,30 +200,24 @@ def save(traces: list[LabelTrace], path: str | os.PathLike[str]) -> Path:
 def load(path: str | os.PathLike[str]) -> list[LabelTrace]:
     """Read label traces written by :func:`save`."""
     p = Path(path)
-    if not p.is_file():
+    z = checks.read_npz(
+        p, "label set", "make one with `helm-plan train TRACE... --save-labels FILE`"
+    )
+    if "set_version" not in z or str(z["set_version"]) != SET_VERSION:
         raise InputFileError(
-            f"label set {p} not found",
-            hint="make one with `helm-plan train TRACE... --save-labels FILE`",
+            f"{p} is not a helm-plan label set of version {SET_VERSION}",
+            hint=checks.LABELS_HINT,
         )
-    try:
-        z = np.load(p, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise InputFileError(
-            f"cannot read {p} as a label set: {e}",
-            hint="make one with `helm-plan train TRACE... --save-labels FILE`",
-        ) from e
-    with z:
-        if "set_version" not in z or str(z["set_version"]) != SET_VERSION:
-            raise InputFileError(
-                f"{p} is not a helm-plan label set of version {SET_VERSION}",
-                hint="rebuild it with `helm-plan train TRACE... --save-labels FILE`",
-            )
-        out = []
-        for i in range(int(z["n"])):
-            kw = {f: z[f"{i}.{f}"] for f in _FIELDS}
-            for f in ("name",):
-                kw[f] = str(kw[f])
-            for f in ("window_s", "slo_ms", "emb_s_per_byte", "kv_s_per_token"):
-                kw[f] = float(kw[f])
-            out.append(LabelTrace(**kw))
+    n = z.get("n")
+    if n is None or n.shape != () or not np.issubdtype(n.dtype, np.integer) or int(n) < 0:
+        raise InputFileError(f"{p}: its trace count n is missing or not a count",
+                             hint=checks.LABELS_HINT)  # fmt: skip
+    out = []
+    for i in range(int(n)):
+        missing = [f for f in _FIELDS if f"{i}.{f}" not in z]
+        if missing:
+            raise InputFileError(f"{p}: label trace {i} has no {missing[0]}",
+                                 hint=checks.LABELS_HINT)  # fmt: skip
+        kw = {f: z[f"{i}.{f}"] for f in _FIELDS}
+        out.append(LabelTrace(**checks.label_trace(kw, f"{p} (trace {i})", GRID_POINTS)))
     return out

@@ -5,11 +5,36 @@ knows at its end; a ``dict`` keyed by :data:`RAW_KEYS`) to the normalised
 vector the policy reads. Training (:mod:`helm_plan.controller.env`, from
 label tables) and serving (:mod:`helm_plan.controller.policy`, from the live
 :class:`~helm_plan.sim.step.WindowResult`) both call it, so the two cannot
-skew in scaling, clipping or missing-value handling. What differs is only
-where the raw numbers come from: a label table holds the hit rates and P99
-on a coarse grid of ``r`` (interpolated at the controller's ``r``) and the
-ghost curves of the oracle schedule's own lookups; a live node measures
-them. The module is numpy only (the runtime imports it).
+skew in scaling, clipping or missing-value handling. The module is numpy
+only (the runtime imports it).
+
+**Scale-free.** One controller serves any trace, model and GPU, so no entry
+is an absolute rate, length or time: load is the node's utilisation (busy
+seconds per window per stream), latency is P99 over the SLO, histories are a
+share of the model's ``max_seq_len``, and every ghost gain is a share of the
+window's busy seconds.
+
+**The measured curves**, on the ghost's grid of ``r`` (:data:`CURVE_POINTS`):
+
+- :func:`saved_share`: the share of the window's busy seconds that cache hits
+  at ``r`` save (EMB hit bytes at the H2D and host-gather cost per byte,
+  KV-reused tokens at the prefill cost per token): mean service, the simple
+  threshold rule's marginal gains;
+- :func:`p99_gain`: the window's **counterfactual P99** at every ``r``, as
+  ``log(P99 realised / P99 at r)`` (> 0: ``r`` would have been faster). Each
+  request's service time loses what its own ghost hits at the served ratio
+  saved and gains what its hits at ``r`` would save; its queue wait scales by
+  the M/G/1 (Pollaczek–Khinchine) factor of the change of busy time,
+  ``s²·(1 − u)/(1 − s·u)`` for busy time scaled by ``s`` at utilisation ``u``
+  (capped at :data:`U_CAP`; mean wait ``λE[S²]/(2(1 − u))`` with every service
+  scaled by ``s``); P99 is taken over the window's requests. What it
+  approximates: the ghost holds the KV outcome fixed when EMB moves (the
+  coupling), a move's refill traffic is not in it, and the queue is scaled as
+  a whole, not replayed. This is what the controller reads.
+
+:class:`CurveState` smooths a curve over windows and gives its optimum and
+the features the runtime appends (:data:`CURVE_NAMES`), so the env and the
+runtime compute them with one piece of code.
 
 A controller stores :data:`FEATURE_VERSION`; loading one made for another
 version is an error (:func:`check_version`), never a silent mismatch.
@@ -23,60 +48,82 @@ import numpy as np
 
 from helm_plan.errors import ConfigError
 
-FEATURE_VERSION = "1"
-"""Bump whenever RAW_KEYS, FEATURE_NAMES or the scaling below change."""
+FEATURE_VERSION = "2"
+"""Bump whenever RAW_KEYS, FEATURE_NAMES, the curve features or the scaling below change."""
 
 RAW_KEYS = (
-    "arrival_rate_rps",
+    "utilisation",
+    "p99_slo",
+    "slo_attainment",
     "rate_trend",
     "burst_score",
     "interarrival_cv",
     "cold_user_share",
     "hist_len_mean",
     "hist_len_p95",
+    "max_seq_len",
     "emb_hit_rate",
     "kv_reuse_rate",
     "h2d_util",
-    "p99_slo",
     "ratio",
-    "ghost_emb_gain_up",
-    "ghost_emb_loss_down",
-    "ghost_kv_gain_down",
-    "ghost_kv_loss_up",
     "ghost_net_up_s",
     "ghost_net_down_s",
-    "window_s",
+    "busy_s",
 )
-"""Raw measurements of one window (rates in requests/s, lengths in tokens, times in s)."""
+"""Raw measurements of one window: utilisation (busy seconds / (window · streams)), P99 over
+the SLO, attainment, arrival shape (trend, burst score, inter-arrival CV, cold share),
+context lengths and the model's max_seq_len (tokens), hit rates, H2D utilisation, the ratio
+served, the ghost's net seconds saved by a move of ±δ, and the window's busy seconds."""
 
-FEATURE_NAMES = (
-    "log_rate",
+OBS_NAMES = (
+    "utilisation",
+    "log_p99_slo",
+    "slo_miss",
     "rate_trend",
     "log_burst",
     "interarrival_cv",
     "cold_share",
-    "log_hist_mean",
-    "log_hist_p95",
+    "hist_fill",
+    "hist_tail",
     "emb_hit",
     "kv_reuse",
     "h2d_util",
-    "log_p99_slo",
     "ratio",
-    "ghost_emb_up",
-    "ghost_emb_down",
-    "ghost_kv_down",
-    "ghost_kv_up",
     "ghost_net_up",
     "ghost_net_down",
 )
+"""Entries :func:`observation` fills."""
+
+CURVE_NAMES = ("curve_opt", "curve_dr", "curve_gain", "curve_span")
+"""Entries the curve fills (:meth:`CurveState.fill`): the smoothed P99 curve's optimum ``r_g``,
+``r_g − r``, the log P99 a move to ``r_g`` saves, and the curve's max − min."""
+
+FEATURE_NAMES = OBS_NAMES + CURVE_NAMES
 """Entries of the observation vector, in order."""
 
 N_FEATURES = len(FEATURE_NAMES)
-RATE_INDEX = FEATURE_NAMES.index("log_rate")
+UTIL_INDEX = FEATURE_NAMES.index("utilisation")
 COLD_INDEX = FEATURE_NAMES.index("cold_share")
+BURST_INDEX = FEATURE_NAMES.index("log_burst")
 RATIO_INDEX = FEATURE_NAMES.index("ratio")
 NET_UP_INDEX = FEATURE_NAMES.index("ghost_net_up")
 NET_DOWN_INDEX = FEATURE_NAMES.index("ghost_net_down")
+CURVE_INDEX = len(OBS_NAMES)
+OPT_INDEX = FEATURE_NAMES.index("curve_opt")
+
+CURVE_POINTS = 101
+"""Ratios of the measured curve: 0, 0.01, ..., 1 (the ghost's grid)."""
+CURVE_ALPHA = 0.5
+"""Weight of a new window in the smoothed curve (half-life of one window)."""
+CURVE_TOL = 0.002
+"""The curve's optimum is the current ratio unless the best point beats it by more than this
+(no move for a 0.2% P99 saving)."""
+NARROW_BAND = 0.1
+"""Windows whose flat band is narrower than this are where |r − r*| means something (elsewhere
+any r of the band is within 2% of the best P99): training shapes toward r* and validation
+reports |r − r*| only there."""
+U_CAP = 0.95
+"""Utilisation cap of the counterfactual queue (a saturated window says little about another r)."""
 
 
 def _f(raw: dict[str, float], key: str, missing: float) -> float:
@@ -91,33 +138,144 @@ def _clip(x: float, lo: float, hi: float) -> float:
 def observation(raw: dict[str, float]) -> np.ndarray:
     """The normalised observation vector (:data:`FEATURE_NAMES`) of a window's raw measurements.
 
-    Missing or NaN entries take a neutral value (an empty window: no rate,
-    no hits, P99 at the SLO); every entry is clipped to a few units.
+    Missing or NaN entries take a neutral value (an empty window: idle, P99 at the SLO, no
+    hits); every entry is clipped to a few units. The curve entries are left at 0 for
+    :meth:`CurveState.fill`.
     """
-    win = _f(raw, "window_s", 10.0)
-    p99 = _f(raw, "p99_slo", 1.0)
-    out = np.empty(N_FEATURES, np.float64)
-    out[0] = math.log1p(max(_f(raw, "arrival_rate_rps", 0.0), 0.0)) / 8.0
-    out[1] = _clip(_f(raw, "rate_trend", 0.0), -1.0, 3.0)
-    out[2] = _clip(math.log(max(_f(raw, "burst_score", 1.0), 1e-3)), -3.0, 3.0)
-    out[3] = _clip(_f(raw, "interarrival_cv", 1.0), 0.0, 5.0) / 5.0
-    out[4] = _clip(_f(raw, "cold_user_share", 0.0), 0.0, 1.0)
-    out[5] = math.log1p(max(_f(raw, "hist_len_mean", 0.0), 0.0)) / 10.0
-    out[6] = math.log1p(max(_f(raw, "hist_len_p95", 0.0), 0.0)) / 10.0
-    out[7] = _clip(_f(raw, "emb_hit_rate", 0.0), 0.0, 1.0)
-    out[8] = _clip(_f(raw, "kv_reuse_rate", 0.0), 0.0, 1.0)
-    out[9] = _clip(_f(raw, "h2d_util", 0.0), 0.0, 3.0)
-    out[10] = _clip(math.log(max(p99, 1e-6)), -10.0, 4.0) / 4.0  # P99 sits far below the SLO
-    out[11] = _clip(_f(raw, "ratio", 0.5), 0.0, 1.0)
-    # ghost gains are a few hit-rate points: scale them to order one
-    out[12] = _clip(10.0 * _f(raw, "ghost_emb_gain_up", 0.0), -3.0, 3.0)
-    out[13] = _clip(10.0 * _f(raw, "ghost_emb_loss_down", 0.0), -3.0, 3.0)
-    out[14] = _clip(10.0 * _f(raw, "ghost_kv_gain_down", 0.0), -3.0, 3.0)
-    out[15] = _clip(10.0 * _f(raw, "ghost_kv_loss_up", 0.0), -3.0, 3.0)
-    # net seconds saved per window, as a share of the window (a utilisation)
-    out[16] = _clip(10.0 * _f(raw, "ghost_net_up_s", 0.0) / win, -3.0, 3.0)
-    out[17] = _clip(10.0 * _f(raw, "ghost_net_down_s", 0.0) / win, -3.0, 3.0)
+    busy = _f(raw, "busy_s", 0.0)
+    seq = max(_f(raw, "max_seq_len", 1.0), 1.0)
+    out = np.zeros(N_FEATURES, np.float64)
+    out[0] = _clip(_f(raw, "utilisation", 0.0), 0.0, 2.0)
+    out[1] = _clip(math.log(max(_f(raw, "p99_slo", 1.0), 1e-6)), -6.0, 2.0) / 2.0
+    out[2] = _clip(1.0 - _f(raw, "slo_attainment", 1.0), 0.0, 1.0)
+    out[3] = _clip(_f(raw, "rate_trend", 0.0), -1.0, 3.0)
+    out[4] = _clip(math.log(max(_f(raw, "burst_score", 1.0), 1e-3)), -3.0, 3.0)
+    out[5] = _clip(_f(raw, "interarrival_cv", 1.0), 0.0, 5.0) / 5.0
+    out[6] = _clip(_f(raw, "cold_user_share", 0.0), 0.0, 1.0)
+    out[7] = _clip(_f(raw, "hist_len_mean", 0.0) / seq, 0.0, 1.0)
+    out[8] = _clip(_f(raw, "hist_len_p95", 0.0) / seq, 0.0, 1.0)
+    out[9] = _clip(_f(raw, "emb_hit_rate", 0.0), 0.0, 1.0)
+    out[10] = _clip(_f(raw, "kv_reuse_rate", 0.0), 0.0, 1.0)
+    out[11] = _clip(_f(raw, "h2d_util", 0.0), 0.0, 3.0)
+    out[12] = _clip(_f(raw, "ratio", 0.5), 0.0, 1.0)
+    # a move of δ saves a few percent of the busy time at most: scale to order one
+    if busy > 0.0:
+        out[13] = _clip(10.0 * _f(raw, "ghost_net_up_s", 0.0) / busy, -3.0, 3.0)
+        out[14] = _clip(10.0 * _f(raw, "ghost_net_down_s", 0.0) / busy, -3.0, 3.0)
     return out
+
+
+def saved_share(
+    emb_hit_bytes: np.ndarray,
+    kv_reused_tokens: np.ndarray,
+    emb_s_per_byte: float,
+    kv_s_per_token: float,
+    busy_s: float,
+) -> np.ndarray:
+    """The measured curve: the share of ``busy_s`` that hits at each EMB share would save.
+
+    ``emb_hit_bytes`` and ``kv_reused_tokens`` are a window's ghost curves on the
+    :data:`CURVE_POINTS` grid; zeros when the window was idle.
+    """
+    if not busy_s > 0.0:
+        return np.zeros(CURVE_POINTS)
+    return (np.asarray(emb_hit_bytes) * emb_s_per_byte
+            + np.asarray(kv_reused_tokens) * kv_s_per_token) / busy_s  # fmt: skip
+
+
+def p99_gain(
+    service_s: np.ndarray,
+    sojourn_s: np.ndarray,
+    served_ratio: float,
+    window_s: float,
+    slots: int,
+    saved_s: np.ndarray,
+) -> np.ndarray:
+    """``log(P99 realised / P99 at r)`` on the grid (the module docstring).
+
+    ``saved_s`` is (requests, :data:`CURVE_POINTS`): the service seconds each request's
+    ghost hits save at each ``r``; ``service_s`` and ``sojourn_s`` what each request took
+    at ``served_ratio``."""
+    k0 = int(round(min(max(served_ratio, 0.0), 1.0) * (saved_s.shape[1] - 1)))
+    svc = np.maximum(service_s[:, None] + (saved_s[:, k0 : k0 + 1] - saved_s), 0.0)
+    busy = float(service_s.sum())
+    wait = np.maximum(sojourn_s - service_s, 0.0)
+    if busy > 0.0:
+        u = min(busy / (window_s * slots), U_CAP)
+        sc = svc.sum(axis=0) / busy
+        q = sc * sc * (1.0 - u) / (1.0 - np.minimum(sc * u, U_CAP))
+        svc += wait[:, None] * q[None, :]
+    else:
+        svc += wait[:, None]
+    p99 = np.percentile(svc, 99, axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.log(p99[k0] / p99)
+    return np.where(np.isfinite(out), out, 0.0)
+
+
+class CurveState:
+    """The smoothed measured curve (EWMA over windows) and the features read from it."""
+
+    def __init__(self, alpha: float = CURVE_ALPHA, tol: float = CURVE_TOL) -> None:
+        if not 0.0 < alpha <= 1.0:
+            raise ConfigError(f"curve alpha must be in (0, 1], got {alpha}", hint="pass 0.5")
+        self.alpha, self.tol = alpha, tol
+        self.curve = np.zeros(CURVE_POINTS)
+        self.seen = False
+
+    def reset(self) -> None:
+        self.curve[:] = 0.0
+        self.seen = False
+
+    def update(self, share: np.ndarray | None, alpha: float | None = None) -> None:
+        """Fold a window's curve in with weight ``alpha`` (default: the state's); None is a
+        window with nothing measured."""
+        if share is None:
+            return
+        c = self.curve
+        if not self.seen:
+            c[:] = share
+            self.seen = True
+            return
+        # c <- (1 - a)·c + a·share, in place (the runtime's µs budget: no temporaries)
+        c -= share
+        c *= 1.0 - (self.alpha if alpha is None else alpha)
+        c += share
+
+    def optimum(self, r: float) -> float:
+        """The curve's best ratio, or ``r`` itself when ``r`` is within ``tol`` of the best (and
+        when nothing is known yet): no move for a gain under ``tol``."""
+        if not self.seen:
+            return r
+        c = self.curve
+        k = int(c.argmax())
+        if c.item(_k(r)) >= c.item(k) - self.tol:
+            return r
+        return k / (CURVE_POINTS - 1)
+
+    def value(self, r: float) -> float:
+        """The smoothed curve at ``r`` (nearest grid point)."""
+        return self.curve.item(_k(r))
+
+    def fill(self, x: np.ndarray) -> np.ndarray:
+        """Write the curve features (:data:`CURVE_NAMES`) of observation ``x`` in place."""
+        r = x.item(RATIO_INDEX)
+        c = self.curve
+        k = int(c.argmax())
+        best, here = c.item(k), c.item(_k(r))
+        opt = r if (not self.seen or here >= best - self.tol) else k / (CURVE_POINTS - 1)
+        g = 10.0 * (best - here) if opt != r else 0.0
+        span = 10.0 * (best - c.min()) if self.seen else 0.0
+        x[CURVE_INDEX] = opt
+        x[CURVE_INDEX + 1] = opt - r
+        x[CURVE_INDEX + 2] = g if g < 3.0 else 3.0
+        x[CURVE_INDEX + 3] = span if span < 3.0 else 3.0
+        return x
+
+
+def _k(r: float) -> int:
+    """The grid point nearest ratio ``r`` (clipped to [0, 1])."""
+    return 0 if r <= 0.0 else CURVE_POINTS - 1 if r >= 1.0 else int(r * (CURVE_POINTS - 1) + 0.5)
 
 
 def check_version(version: str, source: str) -> None:

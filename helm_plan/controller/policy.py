@@ -1,22 +1,31 @@
-"""The controller and ghost hill climbing as closed-loop node policies.
+"""The controller and its two simple baselines as closed-loop node policies.
 
-Both see only what the node measured (:class:`~helm_plan.sim.policy.Observation`)
-plus the ghost caches over the node's own lookups (:class:`~helm_plan.cache.ghost.Ghost`).
-In a cluster a node's window is not a contiguous span of the trace, so the
-ghost has nothing to replay: its gains are then zero (the adapter and hill
-climbing hold still) and the base policy decides from the other features.
+All three see only what the node measured (:class:`~helm_plan.sim.policy.Observation`)
+plus the ghost caches over the node's own lookups
+(:class:`~helm_plan.controller.measure.NodeMeter`): on one node the
+window's contiguous span, inside a cluster the requests the node served
+(``Observation.served``), so the ghosts see what the node's caches saw.
+
+- :class:`ControllerPolicy`: the runtime :class:`~helm_plan.controller.runtime.Controller`
+  (PPO base policy, adapter, burst recovery, guard), its decision latency
+  timed by the runtime itself and reported by :meth:`ControllerPolicy.stats`.
+- :class:`ThresholdPolicy`: the simple rule. The measured curve's optimum is
+  where the EMB hit gain of one more byte equals the KV reuse gain it costs
+  (both in service seconds); the rule moves there when that saves more than
+  ``threshold`` of the window's busy time, else holds.
+- :class:`HillClimbPolicy`: ghost hill climbing, a fixed step toward the cache
+  whose ghost gain saves more service time.
 """
 
 from __future__ import annotations
 
-import time
+import copy
+from typing import Any
 
 import numpy as np
 
-from helm_plan.cache.ghost import NO_GAINS, Ghost, GhostGains, gains
-from helm_plan.controller.dataset import cost_coefficients
-from helm_plan.controller.env import GHOST_DELTA, raw_from_window
-from helm_plan.controller.features import observation
+from helm_plan.controller.features import CurveState
+from helm_plan.controller.measure import Measured, NodeMeter
 from helm_plan.controller.runtime import Controller
 from helm_plan.errors import ConfigError
 from helm_plan.sim.config import NodeConfig
@@ -24,62 +33,118 @@ from helm_plan.sim.context import NodeContext
 from helm_plan.sim.policy import Observation, Policy
 
 START_RATIO = 0.5
-"""The ratio of window 0, before anything is measured."""
+"""The ratio of window 0, before anything is measured (the controller starts at its anchor
+when it has one)."""
+THRESHOLD = 0.005
+"""The threshold rule's default: move when the curve's optimum saves 0.5% of the busy time."""
 
 
-class _GhostPolicy(Policy):
-    """Shared plumbing: ghost gains and raw features of the window just served."""
+class _MeasuringPolicy(Policy):
+    """Shared plumbing: the node's meter over the window just served."""
 
-    def __init__(self, ctx: NodeContext, cfg: NodeConfig, delta: float = GHOST_DELTA) -> None:
-        self.ctx, self.cfg, self.delta = ctx, cfg, delta
-        self.ghost = Ghost(ctx.workload, ctx.pool_bytes, ctx.model.kv_bytes_per_token)
-        self.costs = cost_coefficients(ctx)
+    def __init__(self, ctx: NodeContext, cfg: NodeConfig, delta: float | None = None) -> None:
+        self.ctx, self.cfg = ctx, cfg.for_context(ctx)
+        self.meter = (NodeMeter(ctx, self.cfg) if delta is None
+                      else NodeMeter(ctx, self.cfg, delta))  # fmt: skip
 
     def reset(self) -> None:
-        self.ghost.reset()
+        self.meter.reset()
 
-    def _gains(self, obs: Observation) -> GhostGains:
-        res = obs.last
-        if res is None or res.requests == 0 or res.first < 0:
-            return NO_GAINS
-        c = self.ghost.observe(res.first, res.first + res.requests, res.n_computed)
-        return gains(c, res.ratio, self.delta, *self.costs)
+    def __deepcopy__(self, memo: dict[int, Any]) -> _MeasuringPolicy:
+        # a cluster copies the policy once per node: the state is the node's own, the trace
+        # (context, workload, arrays) is shared, never copied per node
+        for shared in (self.ctx, self.ctx.workload, self.cfg):
+            memo[id(shared)] = shared
+        new = self.__class__.__new__(self.__class__)
+        memo[id(self)] = new
+        for k, v in self.__dict__.items():
+            setattr(new, k, copy.deepcopy(v, memo))
+        return new
+
+    def _measure(self, obs: Observation) -> Measured:
+        assert obs.last is not None
+        return self.meter.measure(obs.last, obs.features, obs.served)
 
 
-class ControllerPolicy(_GhostPolicy):
-    """Runs a :class:`Controller` at every boundary; records its decision latency."""
+class ControllerPolicy(_MeasuringPolicy):
+    """Runs a :class:`Controller` at every boundary (``anchor``: the guard's static ratio)."""
 
     def __init__(
-        self, ctx: NodeContext, cfg: NodeConfig, controller: Controller, name: str
+        self,
+        ctx: NodeContext,
+        cfg: NodeConfig,
+        controller: Controller,
+        name: str,
+        anchor: float | None = None,
     ) -> None:
         super().__init__(ctx, cfg)
-        self.controller = controller
+        self.controller = (
+            controller.with_config(anchor=anchor) if anchor is not None else controller
+        )
         self.name = name
-        self.latency_s: list[float] = []
 
     def reset(self) -> None:
         super().reset()
         self.controller.reset()
-        self.latency_s = []
+
+    def decide(self, obs: Observation) -> float:
+        if obs.last is None:
+            return self.controller.start_ratio(START_RATIO)
+        m = self._measure(obs)
+        return self.controller.step(m.x, m.gain)
+
+    @property
+    def spec(self) -> str:
+        return self.name
+
+    def stats(self) -> dict[str, Any]:
+        """Decision latencies of this run (ns, the runtime's own timer) and the guard's counts."""
+        c = self.controller
+        return {
+            "decision_latency_ns": [int(v) for v in c.latency_ns],
+            "decisions": c.guard.decisions,
+            "guard_fallback_windows": c.guard.fallback_windows,
+            "guard_overrides": c.guard.overrides,
+            "anchor": c.guard.anchor,
+            "anchor_given": c.anchor is not None,
+        }
+
+
+class ThresholdPolicy(_MeasuringPolicy):
+    """The simple rule: to the measured curve's optimum when it saves more than ``threshold``."""
+
+    def __init__(
+        self,
+        ctx: NodeContext,
+        cfg: NodeConfig,
+        threshold: float = THRESHOLD,
+        name: str = "threshold",
+    ) -> None:
+        if not 0.0 <= threshold < 1.0:
+            raise ConfigError(
+                f"threshold must be in [0, 1), got {threshold}", hint=f"pass e.g. {THRESHOLD}"
+            )
+        super().__init__(ctx, cfg)
+        self.curve = CurveState(tol=threshold)
+        self.threshold = threshold
+        self.name = name
+
+    def reset(self) -> None:
+        super().reset()
+        self.curve.reset()
 
     def decide(self, obs: Observation) -> float:
         if obs.last is None:
             return START_RATIO
-        g = self._gains(obs).as_dict()
-        raw = raw_from_window(obs.last, obs.features, g, self.cfg.slo_ms,
-                              self.ctx.latency.h2d_bw_Bps)  # fmt: skip
-        x = observation(raw)
-        t0 = time.perf_counter()
-        r = self.controller.step(x)
-        self.latency_s.append(time.perf_counter() - t0)
-        return r
+        self.curve.update(self._measure(obs).share)
+        return self.curve.optimum(obs.ratio)
 
     @property
     def spec(self) -> str:
         return self.name
 
 
-class HillClimbPolicy(_GhostPolicy):
+class HillClimbPolicy(_MeasuringPolicy):
     """Ghost hill climbing: a fixed step toward the cache whose ghost gain saves more time."""
 
     def __init__(
@@ -94,7 +159,7 @@ class HillClimbPolicy(_GhostPolicy):
     def decide(self, obs: Observation) -> float:
         if obs.last is None:
             return START_RATIO
-        g = self._gains(obs)
+        g = self._measure(obs).gains
         r = obs.ratio
         # move only when the better direction saves time at all
         if g.net_up_s > max(g.net_down_s, 0.0):

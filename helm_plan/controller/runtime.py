@@ -1,27 +1,38 @@
-"""The deployable controller: numpy only, ``Controller.step(features) -> ratio``.
+"""The deployable controller: numpy only, ``Controller.step(features, curve) -> ratio``.
 
 A serving runtime embeds this module (it never imports torch). At each
 window boundary it passes the observation vector of the window just served
-(:func:`helm_plan.controller.features.observation`) and gets the EMB share
-for the next window. Three layers, with their state:
+(:func:`helm_plan.controller.features.observation`) and that window's
+measured curve (:func:`helm_plan.controller.features.saved_share`, from the
+node's ghost caches; None when it has none) and gets the EMB share for the
+next window. Four layers, with their state:
 
-1. **Base policy**: the PPO actor (two tanh layers) picks a shift of ``r``
-   (argmax, deterministic). It moves the controller's *base* ratio.
+0. **Measured curve**: the curve is smoothed over windows
+   (:class:`~helm_plan.controller.features.CurveState`) and its features
+   (optimum, distance, saving, span) are written into the observation.
+1. **Base policy**: the PPO actor (two tanh layers) picks an action
+   (argmax, deterministic): a shift of the controller's *base* ratio, or
+   (a NaN shift) a jump to the curve's optimum.
 2. **Residual adapter**: a bounded online correction ``c`` added to the base
    ratio, ``|c| <= adapter_cap``. Each window it moves by ``adapter_lr`` times
-   the ghost signal ``tanh(net_up − net_down)`` (the service seconds a move
-   of δ toward EMB would save minus those of a move toward KV), and decays by
-   ``adapter_decay`` so an old correction fades. Frozen during bursts.
-3. **Burst-aware recovery**: an EWMA band on the log arrival rate and the
+   the ghost signal ``tanh(net_up − net_down)`` and decays by
+   ``adapter_decay``. Frozen during bursts.
+3. **Burst-aware recovery**: an EWMA band on the burst score and the
    cold-user share (z-scores against the EWMA mean and deviation) with a
    one-sided CUSUM; a burst starts when the CUSUM passes ``cusum_h`` or one
    z-score passes ``z_enter``, and ends after ``calm_windows`` windows with
-   both z-scores under ``z_exit`` (hysteresis: no flapping). During a burst
-   the shift per window is capped at ``burst_max_shift`` and the EWMAs stop
-   learning (a burst must not become the baseline). After it, the ratio
-   returns to the last stable ratio (the ratio when the burst began) in
-   ``recovery_windows`` equal steps. A burst that lasts ``max_burst_windows``
-   is a level shift: the band adopts the new level and the ratio stays.
+   both z-scores under ``z_exit``. During a burst the shift per window is
+   capped at ``burst_max_shift`` and the EWMAs stop learning. After it, the
+   ratio returns to the last stable ratio in ``recovery_windows`` equal
+   steps. A burst that lasts ``max_burst_windows`` is a level shift.
+4. **Guard** (:mod:`helm_plan.controller.guard`): serves the anchor (the
+   robust static ratio) unless the measured curve backs the move, and falls
+   back to it with hysteresis when the windows served away from it lose
+   against their counterfactual.
+
+``step`` times itself (``time.perf_counter_ns`` at entry and exit):
+:meth:`Controller.decision_latency_us` is the latency measured in this run,
+never the card's.
 
 The controller file is a ``.npz``: the actor's weights, the shifts, the
 feature version (checked: a controller for other features is an error) and
@@ -33,21 +44,27 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from helm_plan.controller import checks
 from helm_plan.controller.features import (
+    BURST_INDEX,
     COLD_INDEX,
     FEATURE_VERSION,
     N_FEATURES,
     NET_DOWN_INDEX,
     NET_UP_INDEX,
-    RATE_INDEX,
+    OPT_INDEX,
+    RATIO_INDEX,
+    CurveState,
     check_version,
 )
+from helm_plan.controller.guard import Guard
 from helm_plan.errors import ConfigError, InputFileError
 
 DEFAULT_PATH = Path(__file__).parent / "default" / "controller.npz"
@@ -58,10 +75,9 @@ DEFAULT_PATH = Path(__file__).parent / "default" / "controller.npz"
 class RuntimeConfig:
     """The online layers' settings (layer 1 has none: it is the trained actor)."""
 
-    hold_margin: float = 0.5
-    """Layer 1 holds r unless its best shift's logit beats holding by more than this
-    (0: plain argmax); the fallback when the actor is unsure. 0.5 keeps |r − r*| and
-    regret on the training labels and cuts the total movement by 60%."""
+    hold_margin: float = 0.0
+    """Layer 1 holds r unless its best action's logit beats holding by more than this
+    (0: plain argmax; the guard, not a margin tuned on training labels, keeps it cautious)."""
     adapter: bool = True
     """Run layer 2, the residual adapter."""
     adapter_cap: float = 0.1
@@ -92,23 +108,39 @@ class RuntimeConfig:
     recovery_windows: int = 3
     """Windows to return to the last stable ratio after a burst."""
     min_sd: float = 0.1
-    """Floor of the EWMA deviations of log1p(rate) and the cold share (a flat history must
-    not make every wiggle a burst): with z_enter 4, a 50% rate jump or a cold share up 0.4
-    starts a burst at once, smaller steps through the CUSUM."""
+    """Floor of the EWMA deviations of the log burst score and the cold share (a flat history
+    must not make every wiggle a burst): with z_enter 4, a 50% rate jump or a cold share up
+    0.4 starts a burst at once, smaller steps through the CUSUM."""
+    guard: bool = True
+    """Run layer 4, the guard."""
+    enter_margin: float = 0.005
+    """The guard serves a move away from the anchor only when the measured curve predicts a P99
+    at least this much (log-ratio) below the anchor's."""
+    exit_margin: float = 0.005
+    """The guard falls back to the anchor when the EWMA of the realised-vs-counterfactual P99
+    log-ratio of windows served away from it passes this."""
+    evidence_alpha: float = 0.5
+    """Weight of a new window in that EWMA."""
+    hold_windows: int = 3
+    """Windows the guard holds the anchor after falling back, at least."""
+    rearm_windows: int = 2
+    """Windows in a row whose prediction clears enter_margin before the guard re-engages."""
 
     def __post_init__(self) -> None:
-        for name in ("hold_margin", "adapter_cap", "adapter_lr", "burst_max_shift", "min_sd"):
+        for name in ("hold_margin", "adapter_cap", "adapter_lr", "burst_max_shift", "min_sd",
+                     "enter_margin", "exit_margin"):  # fmt: skip
             if not (getattr(self, name) >= 0.0 and math.isfinite(getattr(self, name))):
                 raise ConfigError(
                     f"{name} must be finite and >= 0, got {getattr(self, name)}",
                     hint=f"pass {name} >= 0",
                 )
-        for name in ("adapter_decay", "ewma_alpha"):
+        for name in ("adapter_decay", "ewma_alpha", "evidence_alpha"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(
                     f"{name} must be in [0, 1], got {getattr(self, name)}", hint="pass 0..1"
                 )
-        for name in ("calm_windows", "recovery_windows", "max_burst_windows"):
+        for name in ("calm_windows", "recovery_windows", "max_burst_windows", "hold_windows",
+                     "rearm_windows"):  # fmt: skip
             if int(getattr(self, name)) < 1:
                 raise ConfigError(
                     f"{name} must be >= 1, got {getattr(self, name)}", hint=f"pass {name} >= 1"
@@ -126,60 +158,49 @@ class Controller:
         card: dict[str, Any] | None = None,
         feature_version: str = FEATURE_VERSION,
         source: str = "controller",
+        anchor: float | None = None,
     ) -> None:
         check_version(feature_version, source)
         self.cfg = cfg or RuntimeConfig()
+        self.anchor = anchor
+        """The guard's anchor (None: estimated online from the measured curve)."""
         self.card = card or {}
         self.source = source
-        n = len([k for k in weights if k.startswith("W")])
-        self._W = [np.ascontiguousarray(weights[f"W{i}"], np.float64) for i in range(n)]
-        self._b = [np.ascontiguousarray(weights[f"b{i}"], np.float64) for i in range(n)]
-        if n == 0 or self._W[0].shape[1] != N_FEATURES:
-            raise ConfigError(
-                f"{source}: the actor takes {self._W[0].shape[1] if n else 0} features, "
-                f"feature version {FEATURE_VERSION} has {N_FEATURES}",
-                hint="retrain the controller with `helm-plan train`",
-            )
-        self.shifts = np.asarray(shifts, np.float64)
+        # shapes, finite values and shifts: a NaN or ragged actor is refused, never run
+        Ws, bs, self.shifts = checks.controller_arrays(weights, shifts, N_FEATURES, source)
+        self._W = [np.ascontiguousarray(W) for W in Ws]
+        self._b = [np.ascontiguousarray(b) for b in bs]
         self._shift_list = [float(v) for v in self.shifts]
         self._Wa = [np.hstack([W, b[:, None]]) for W, b in zip(self._W, self._b, strict=True)]
         self._hs = [np.ones(W.shape[1] + 1) for W in self._W]  # inputs of each layer, then 1
-        self._hold = int(np.argmin(np.abs(self.shifts)))  # the zero shift
-        if self._W[-1].shape[0] != len(self.shifts):
-            raise ConfigError(
-                f"{source}: the actor has {self._W[-1].shape[0]} actions for "
-                f"{len(self.shifts)} shifts",
-                hint="retrain the controller with `helm-plan train`",
-            )
+        self._hold = int(np.nanargmin(np.abs(self.shifts)))  # the zero shift (NaN: the jump)
         self.reset()
 
     # -------------------------------------------------------------- files
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], cfg: RuntimeConfig | None = None) -> Controller:
-        """A controller from a ``.npz`` written by :meth:`save`."""
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        cfg: RuntimeConfig | None = None,
+        anchor: float | None = None,
+    ) -> Controller:
+        """A controller from a ``.npz`` written by :meth:`save` (``anchor``: the guard's)."""
         p = Path(path)
         if not p.exists():
             raise InputFileError(
                 f"controller file {p} not found",
                 hint="train one with `helm-plan train TRACE... -o FILE`",
             )
-        try:
-            with np.load(p, allow_pickle=False) as z:
-                d = {k: z[k] for k in z.files}
-        except (OSError, ValueError) as e:
-            raise InputFileError(
-                f"cannot read {p} as a controller: {e}",
-                hint="pass a .npz written by `helm-plan train`",
-            ) from e
+        d = checks.read_npz(p, "controller", "pass a .npz written by `helm-plan train`")
         if "feature_version" not in d or "shifts" not in d:
             raise InputFileError(
                 f"{p} is not a helm-plan controller (no feature version or shifts)",
                 hint="pass a .npz written by `helm-plan train`",
             )
         weights = {k: v for k, v in d.items() if k[0] in "Wb" and k[1:].isdigit()}
-        card = json.loads(str(d["card"])) if "card" in d else {}
-        return cls(weights, d["shifts"], cfg, card, str(d["feature_version"]), str(p))
+        card = checks.controller_card(d, str(p))
+        return cls(weights, d["shifts"], cfg, card, str(d["feature_version"]), str(p), anchor)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """What :meth:`save` writes."""
@@ -200,24 +221,44 @@ class Controller:
         self.ratio = ratio
         self.in_burst = False
         self.stable_ratio = ratio
-        self._m0 = self._m1 = float("nan")  # EWMA means of log1p(rate) and cold share
+        self._m0 = self._m1 = float("nan")  # EWMA means of log burst score and cold share
         self._v0 = self._v1 = 0.0  # and their EWMA variances
         self._cusum = 0.0
         self._calm = self._burst_len = 0
         self._recover_left = 0
         self.bursts = 0
+        self.curve = CurveState()
+        c = self.cfg
+        self.guard = Guard(self.anchor, c.enter_margin, c.exit_margin, c.evidence_alpha,
+                           c.hold_windows, c.rearm_windows)  # fmt: skip
+        self.latency_ns: list[int] = []
+        """Duration of every step() since the last reset, ns (the runtime's own timer)."""
 
-    def with_config(self, cfg: RuntimeConfig) -> Controller:
-        """The same actor with other online settings (fresh state)."""
+    def start_ratio(self, fallback: float = 0.5) -> float:
+        """The ratio to serve before anything is measured: the anchor when one is given."""
+        return self.anchor if self.anchor is not None and self.cfg.guard else fallback
+
+    def with_config(
+        self, cfg: RuntimeConfig | None = None, anchor: float | None = None
+    ) -> Controller:
+        """The same actor with other online settings and anchor (fresh state)."""
         return Controller(
             {f"W{i}": W for i, W in enumerate(self._W)} | {f"b{i}": b for i, b in enumerate(self._b)},
-            self.shifts, cfg, self.card, FEATURE_VERSION, self.source,
+            self.shifts, cfg or self.cfg, self.card, FEATURE_VERSION, self.source, anchor,
         )  # fmt: skip
+
+    def decision_latency_us(self) -> dict[str, float]:
+        """Median and p99 of this run's step() durations (µs) and their count."""
+        if not self.latency_ns:
+            return {"median": float("nan"), "p99": float("nan"), "n": 0}
+        a = np.asarray(self.latency_ns, np.float64) / 1e3
+        return {"median": float(np.median(a)), "p99": float(np.percentile(a, 99)), "n": len(a)}
 
     # -------------------------------------------------------------- layers
 
     def base_shift(self, x: np.ndarray) -> float:
-        """Layer 1: the actor's shift for observation ``x`` (argmax of its logits)."""
+        """Layer 1: the actor's action for observation ``x`` (argmax of its logits) as a shift
+        of the base ratio (the curve action: the shift to the curve's optimum)."""
         # biases folded into the weights ([W | b] against [h, 1]) and buffers made once:
         # a handful of ufunc calls and no allocation (the µs budget)
         Wa, hs = self._Wa, self._hs
@@ -228,12 +269,13 @@ class Controller:
         k = int(lg.argmax())
         if self.cfg.hold_margin > 0.0 and lg[k] - lg[self._hold] <= self.cfg.hold_margin:
             return 0.0
-        return self._shift_list[k]
+        d = self._shift_list[k]
+        return float(x[OPT_INDEX]) - self.base if d != d else d
 
     def _detect(self, x: np.ndarray) -> bool:
         """Layer 3's detector: update the EWMA band and CUSUM, return whether a burst is on."""
         cfg = self.cfg
-        v0, v1 = float(x[RATE_INDEX]) * 8.0, float(x[COLD_INDEX])  # log1p(rate), cold share
+        v0, v1 = float(x[BURST_INDEX]), float(x[COLD_INDEX])  # log burst score, cold share
         if self._m0 != self._m0:  # first window: the band starts here
             self._m0, self._m1 = v0, v1
             return False
@@ -267,13 +309,31 @@ class Controller:
                 self.stable_ratio = self.ratio
         return self.in_burst
 
-    def step(self, features: np.ndarray) -> float:
-        """The EMB share for the next window, from the observation of the window just served."""
-        cfg = self.cfg
+    def step(self, features: np.ndarray, curve: np.ndarray | None = None) -> float:
+        """The EMB share for the next window, from the observation of the window just served
+        and its measured curve (None: not measured). Writes the curve features into
+        ``features``."""
+        t0 = time.perf_counter_ns()
         x = features
-        r_now = float(x[11])  # the ratio the node ran at (observation's "ratio")
+        r_now = float(x[RATIO_INDEX])  # the ratio the node ran at
         if self.ratio != self.ratio:  # first decision: start from where the node is
             self.ratio = self.base = self.stable_ratio = r_now
+            if self.anchor is None:
+                self.guard.reset(r_now)
+        self.curve.update(curve)
+        self.curve.fill(x)
+        out = self._propose(x)
+        if self.cfg.guard:
+            out = self.guard.step(out, r_now, curve, self.curve)
+            if out != self.ratio:  # overridden: the layers resume from what is served
+                self.base, self.correction = out, 0.0
+        self.ratio = out
+        self.latency_ns.append(time.perf_counter_ns() - t0)
+        return out
+
+    def _propose(self, x: np.ndarray) -> float:
+        """Layers 1-3: the ratio the controller would serve without the guard."""
+        cfg = self.cfg
         was_burst = self.in_burst
         burst = self._detect(x) if cfg.burst else False
         shift = self.base_shift(x)
@@ -282,9 +342,8 @@ class Controller:
                 self.stable_ratio = self.ratio
             shift = min(max(shift, -cfg.burst_max_shift), cfg.burst_max_shift)
             self.base = min(max(self.base + shift, 0.0), 1.0)
-            out = min(max(self.ratio + shift, 0.0), 1.0)
-            self.ratio = out
-            return out
+            self.ratio = min(max(self.ratio + shift, 0.0), 1.0)
+            return self.ratio
         if self._recover_left > 0:
             # back to the last stable ratio in equal steps; the base policy resumes from there
             self.ratio += (self.stable_ratio - self.ratio) / self._recover_left

@@ -161,7 +161,7 @@ def ingest_to_file(
     path: str | os.PathLike[str], out: str | os.PathLike[str], cfg: IngestConfig
 ) -> IngestReport:
     """Convert ``path`` and atomically write the trace to ``out`` (nothing written on error)."""
-    io.check_output(out, path, cfg.arrivals)
+    io.check_outputs({"-o": out}, [path, cfg.arrivals])
     table, report = ingest(path, cfg)
     spans = {regimes.SPANS_KEY: regimes.spans_json(report.spans)} if report.spans else None
     trace.write(table, out, provenance(path, cfg, report), metadata=spans)

@@ -323,7 +323,7 @@ def _v1_keys(ref: str) -> list[str]:
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError):
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):  # not readable TOML text
         return []
     return [k for k in V1_KEYS if k in data]
 

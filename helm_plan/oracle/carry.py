@@ -14,7 +14,8 @@ continues). ``P99_w(r)`` is then exactly the window-``w`` P99 of
 ``simulate_node`` with refill ``lazy`` on the schedule ``r*_0..r*_{w-1}, r``
 (tested). Windows are labelled in order, so this mode is sequential in windows,
 but not in trials: a window's first points (the coarse grid and the edge
-points, :func:`~helm_plan.oracle.search.first_points`) are independent forks
+points, :func:`~helm_plan.oracle.search.start_points`; with ``grid=False`` the
+bracketing search's first three, around the previous window's ``r*``) are independent forks
 of the carried node, and so are the Optuna trials of one batch
 (``trial_batch``). With a local process pool of ``n`` workers they are stepped
 on ``n`` threads of this process (the node kernels release the GIL), so every
@@ -37,7 +38,7 @@ from typing import Any
 
 from helm_plan.exec import Executor, ProcessExecutor
 from helm_plan.oracle.config import OracleConfig
-from helm_plan.oracle.search import Eval, Evaluate, first_points, rank_key, search, seed_for
+from helm_plan.oracle.search import Eval, Evaluate, rank_key, search, seed_for, start_points
 from helm_plan.sim.config import NodeConfig
 from helm_plan.sim.context import NodeContext
 from helm_plan.sim.node import NodeResult, collect
@@ -54,6 +55,7 @@ def carry_rows(
     empty_row: Callable[[int], dict[str, Any]],
     progress: Callable[[int, int], None] | None = None,
     executor: Executor | None = None,
+    grid: bool = True,
 ) -> tuple[list[dict[str, Any]], NodeResult]:
     """Label rows of every window, in order, each searched from the carried node.
 
@@ -76,7 +78,8 @@ def carry_rows(
                 rows.append(empty_row(w))
                 served.append(node.step(_keep(node)))
             else:
-                row, after, result = _search_window(node, w, ocfg, label_row, remote, evaluate)
+                row, after, result = _search_window(node, w, ocfg, label_row, remote, evaluate,
+                                                    grid)  # fmt: skip
                 rows.append(row)
                 if after is None:  # r* was evaluated in a worker: step this node to it
                     result = node.step(row["r_star"])
@@ -111,7 +114,7 @@ def _step_task(shared: tuple[NodeContext, NodeRunner], r: float) -> WindowResult
 
 def _search_window(
     node: NodeRunner, w: int, ocfg: OracleConfig, label_row: LabelRow,
-    remote: Executor | None = None, evaluate: Evaluate | None = None,
+    remote: Executor | None = None, evaluate: Evaluate | None = None, grid: bool = True,
 ) -> tuple[dict[str, Any], NodeRunner | None, WindowResult]:  # fmt: skip
     """Window ``w``'s label row: every candidate r is one step of a fork of the carried node.
 
@@ -126,7 +129,7 @@ def _search_window(
     best: list[Any] = []  # [rank key, r, fork] of the best r evaluated in this process
     lock = threading.Lock()
     if remote is not None:
-        pts = first_points(ocfg)
+        pts = start_points(ocfg, grid, prev_r)
         detached = copy.copy(node)
         detached.ctx = None  # type: ignore[assignment]  # the workers hold the trace already
         got = remote.map(_step_task, pts, shared=(node.ctx, detached),
@@ -148,7 +151,8 @@ def _search_window(
                 best[:] = [key, r, fork]
         return ev
 
-    evals = search(objective, ocfg, seed_for(ocfg.seed, w), known, evaluate)
+    evals = search(objective, ocfg, seed_for(ocfg.seed, w), known, evaluate, grid=grid,
+                   prev_r=prev_r)  # fmt: skip
     # ties go to the r nearest the ratio the node runs at (no needless move)
     row = label_row(w, evals, full, prev_r)
     r_star = row["r_star"]

@@ -1,4 +1,16 @@
-"""The oracle's search over r: coarse grid, seeded Optuna study, or exhaustive grid.
+"""The oracle's search over r: a bracketing search, a seeded Optuna study, or an exhaustive grid.
+
+With ``grid=False`` (what ``analyze`` runs: it needs ``r*`` and the flat band
+per window, not a curve) a window is searched by :func:`bracket`: three points
+around a start (the previous window's ``r*``), widened while the best is at an
+end, then golden-section steps on the ``ratio_step`` lattice into each side of
+the best until no r on that side can beat the best by ``flat_tol`` where P99 is
+convex (the lines through the neighbouring points, extended into the gap, bound
+it from below) or the side is one lattice step wide; at most ``trials``
+evaluations after the first three.
+
+With ``grid=True`` (the default: the controller's training environment reads
+the grid's points from the labels):
 
 1. the coarse grid (``coarse_step``, default 0.0..1.0 step 0.1) is always
    evaluated, with :data:`EDGE_POINTS` refining it next to 0 and 1 (where
@@ -79,19 +91,142 @@ def _in_order(objective: Callable[[float], Eval], rs: list[float]) -> list[Eval]
     return [objective(r) for r in rs]
 
 
+BRACKET_STEP = 0.1
+"""Half-width of the bracketing search's first three points around its start."""
+GOLDEN = (3.0 - 5.0**0.5) / 2.0
+"""The golden-section step (≈ 0.382) into a gap of the bracket."""
+
+
+def snap(x: float, step: float | None) -> float:
+    """``x`` clipped to [0, 1] and rounded to the ``step`` lattice (0.01 when None)."""
+    st = step or 0.01
+    return round(min(1.0, max(0.0, round(x / st) * st)), 9)
+
+
+def start_points(ocfg: OracleConfig, grid: bool, prev_r: float | None) -> list[float]:
+    """The ratios a window's search evaluates first, all at once (in parallel when it can).
+
+    The coarse grid and edges (``grid``, or a validation grid), else the bracketing search's
+    first three: its start (``prev_r``, or 0.5 without one) and :data:`BRACKET_STEP` either
+    side.
+    """
+    if grid or ocfg.grid_step is not None:
+        return first_points(ocfg) if grid else sorted(round(float(r), 9) for r in
+                                                      ratio_grid(ocfg.grid_step))  # fmt: skip
+    x0 = snap(prev_r if prev_r is not None and np.isfinite(prev_r) else 0.5, ocfg.ratio_step)
+    return sorted({snap(x0 + d, ocfg.ratio_step) for d in (-BRACKET_STEP, 0.0, BRACKET_STEP)})
+
+
+def bracket(
+    ev: Callable[[list[float]], None], evals: dict[float, Eval], ocfg: OracleConfig,
+    prev_r: float | None,
+) -> None:  # fmt: skip
+    """Narrow the evaluated points around the best one (see the module docstring).
+
+    ``ev`` evaluates a group of ratios into ``evals`` (a group's points side by side).
+    """
+    step, tol = ocfg.ratio_step or 0.01, ocfg.flat_tol
+    left_budget = ocfg.trials
+
+    rs: list[float] = []
+
+    def best() -> tuple[list[float], int]:
+        rs[:] = sorted(evals)
+        b = min(rs, key=lambda r: rank_key(r, evals[r], prev_r))
+        return rs, rs.index(b)
+
+    def p99(k: int) -> float:
+        return float(evals[rs[k]][0]) if 0 <= k < len(rs) else float("nan")
+
+    def line(k: int, m: int) -> tuple[float, float] | None:
+        """(value at rs[k], slope) of the line through points k and m, when both are finite."""
+        if not (0 <= m < len(rs) and np.isfinite(p99(k)) and np.isfinite(p99(m))):
+            return None
+        return p99(k), (p99(m) - p99(k)) / (rs[m] - rs[k])
+
+    def settled(i: int, j: int) -> bool:
+        """No r between the best (i) and its neighbour (j) can beat the best by ``tol``.
+
+        The gap is one lattice step, or the neighbour is within ``tol`` of the best (a
+        cliff beside the best is not: its edge is searched) and so is the lowest P99
+        the gap can hold where P99 is convex: the lines through the best and its other
+        neighbour, and through the neighbour and the point beyond it, extended into
+        the gap, bound it from below (a V-shaped minimum between two flat-looking
+        points is not missed).
+        """
+        b, n = rs[i], rs[j]
+        if abs(n - b) <= step + 1e-12:
+            return True
+        fb = p99(i)
+        if not (np.isfinite(fb) and np.isfinite(p99(j)) and p99(j) <= fb * (1.0 + tol)):
+            return False
+        lines = [(b, ln) for ln in [line(i, 2 * i - j)] if ln] + [
+            (n, ln) for ln in [line(j, 2 * j - i)] if ln
+        ]
+        if not lines:
+            return True
+
+        def low(x: float) -> float:
+            return max(v + slope * (x - x0) for x0, (v, slope) in lines)
+
+        xs = [b, n]
+        if len(lines) == 2:
+            (x0, (v0, s0)), (x1, (v1, s1)) = lines
+            if s0 != s1:
+                x = (v1 - v0 + s0 * x0 - s1 * x1) / (s0 - s1)
+                if min(b, n) < x < max(b, n):
+                    xs.append(x)
+        return fb <= (1.0 + tol) * min(low(x) for x in xs)
+
+    while left_budget > 0:  # widen while the best is an end of the bracket
+        rs, i = best()
+        b = rs[i]
+        if i == 0 and b > 0.0 and len(rs) > 1:
+            x = snap(b - 2.0 * (rs[1] - b), step)
+        elif i == len(rs) - 1 and b < 1.0 and len(rs) > 1:
+            x = snap(b + 2.0 * (b - rs[-2]), step)
+        else:
+            break
+        if x in evals:
+            break
+        ev([x])
+        left_budget -= 1
+    while left_budget > 0:  # golden steps into every side not settled
+        rs, i = best()
+        b = rs[i]
+        probes = []
+        for j in (i - 1, i + 1):
+            if not 0 <= j < len(rs) or settled(i, j):
+                continue
+            x = snap(b + GOLDEN * (rs[j] - b), step)
+            if x in evals or x == b:
+                x = snap(b + np.sign(rs[j] - b) * step, step)
+            if x not in evals:
+                probes.append(x)
+        if not probes:
+            break
+        probes = probes[:left_budget]
+        ev(probes)
+        left_budget -= len(probes)
+
+
 def search(
     objective: Callable[[float], Eval],
     ocfg: OracleConfig,
     seed: int,
     known: dict[float, Eval] | None = None,
     evaluate: Evaluate | None = None,
+    *,
+    grid: bool = True,
+    prev_r: float | None = None,
 ) -> dict[float, Eval]:
-    """Evaluate the first points, then Optuna (unless a grid is given); return r -> Eval.
+    """Evaluate the start points, then narrow them; return r -> Eval.
 
-    ``known`` holds evaluations already made (e.g. the first points, evaluated
-    in parallel); they are not repeated. ``evaluate`` runs the objective over a
-    group of new ratios (the first points, then each batch of trials); by
-    default one after another.
+    ``grid``: the coarse grid and edges, then Optuna (unless a grid step is given);
+    else :func:`bracket` around ``prev_r``. ``known`` holds evaluations already made
+    (e.g. the start points, evaluated in parallel); they are not repeated.
+    ``evaluate`` runs the objective over a group of new ratios (the start points, then
+    each batch of trials or probes); by default one after another.
     """
     evals: dict[float, Eval] = dict(known or {})
     run = evaluate or _in_order
@@ -101,8 +236,13 @@ def search(
         for r, e in zip(todo, run(objective, todo), strict=True):
             evals[r] = e
 
-    ev(first_points(ocfg))
-    if ocfg.grid_step is not None or ocfg.trials == 0:
+    ev(start_points(ocfg, grid, prev_r))
+    if ocfg.grid_step is not None:
+        return evals
+    if not grid:
+        bracket(ev, evals, ocfg, prev_r)
+        return evals
+    if ocfg.trials == 0:
         return evals
     import optuna
     from optuna.distributions import FloatDistribution

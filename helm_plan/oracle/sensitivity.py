@@ -78,8 +78,25 @@ def window_regret(
     """
     g = np.asarray(grid_p99_ms, np.float64)
     gr = np.asarray(grid_r, np.float64)
-    out = np.full(g.shape[0], np.nan)
-    for w in range(g.shape[0]):
+    return window_regret_points([gr] * g.shape[0], list(g), ratios, r_star, p99_star_ms)
+
+
+def window_regret_points(
+    points_r: list[np.ndarray],
+    points_p99_ms: list[np.ndarray],
+    ratios: np.ndarray,
+    r_star: np.ndarray,
+    p99_star_ms: np.ndarray,
+) -> np.ndarray:
+    """:func:`window_regret` over each window's own evaluated points (sorted ratios).
+
+    The points a label's search evaluated (labels without a grid) play the grid's part:
+    exact on a point, interpolated inside a cell without a cliff, else NaN.
+    """
+    out = np.full(len(points_r), np.nan)
+    for w in range(len(points_r)):
+        gr = np.asarray(points_r[w], np.float64)
+        g = np.asarray(points_p99_ms[w], np.float64)
         r, rs, best = float(ratios[w]), float(r_star[w]), float(p99_star_ms[w])
         if not (np.isfinite(r) and np.isfinite(best) and best > 0):
             continue
@@ -88,9 +105,9 @@ def window_regret(
             continue
         k = int(np.searchsorted(gr, r))
         if k < len(gr) and abs(gr[k] - r) < 1e-9:
-            p = g[w, k]
+            p = g[k]
         elif 0 < k < len(gr):
-            lo, hi = g[w, k - 1], g[w, k]
+            lo, hi = g[k - 1], g[k]
             if not (np.isfinite(lo) and np.isfinite(hi)) or max(lo, hi) > CLIFF_FACTOR * min(
                 lo, hi
             ):
@@ -219,20 +236,32 @@ def adaptivity_ci(
 def sensitivity_table(
     labels_table: pl.DataFrame, ratios: np.ndarray, grid_r: np.ndarray
 ) -> pl.DataFrame:
-    """Per-window |r - r*|, regret (:func:`window_regret`) and flatness for a ratio schedule."""
-    cols = [f"p99_ms_r{round(r * 100):03d}" for r in grid_r]
-    g = labels_table.select(cols).to_numpy()
+    """Per-window |r - r*|, regret and flatness for a ratio schedule.
+
+    Regret as :func:`window_regret` over the coarse grid ``grid_r``; labels without a
+    grid (``grid_r`` empty) interpolate between each window's evaluated points instead
+    (:func:`window_regret_points`).
+    """
     r_star = labels_table["r_star"].to_numpy()
     p_star = labels_table["p99_ms"].to_numpy()
+    x = np.asarray(ratios, np.float64)
+    if len(grid_r) == 0 and "evals_r" in labels_table.columns:
+        regret = window_regret_points(
+            [np.asarray(v, np.float64) for v in labels_table["evals_r"].to_list()],
+            [np.asarray(v, np.float64) for v in labels_table["evals_p99_ms"].to_list()],
+            x, r_star, p_star,
+        )  # fmt: skip
+    else:
+        cols = [f"p99_ms_r{round(r * 100):03d}" for r in grid_r]
+        g = labels_table.select(cols).to_numpy()
+        regret = window_regret(np.asarray(grid_r), g, x, r_star, p_star)
     return pl.DataFrame(
         {
             "window": labels_table["window"],
-            "ratio": np.asarray(ratios, np.float64),
+            "ratio": x,
             "r_star": labels_table["r_star"],
             "ratio_distance": ratio_distance(ratios, labels_table["r_star"].to_numpy()),
-            "regret": window_regret(
-                np.asarray(grid_r), g, np.asarray(ratios, np.float64), r_star, p_star
-            ),
+            "regret": regret,
             "flatness": labels_table["flatness"],
         }
     )

@@ -10,6 +10,15 @@ so the policies that are static splits (emb-max, kv-max, best static) reuse
 these runs instead of replaying the trace again. A constant r never
 reallocates, so the refill mode is irrelevant here.
 
+``grid=False`` (what ``analyze`` runs) evaluates fewer whole-trace runs: 0 and 1
+(emb-max and kv-max need them anyway) and the golden-section points 0.38 and 0.62
+between them, then the oracle's bracketing search
+(:func:`helm_plan.oracle.search.bracket`), which stops once neither side of the best
+can beat it by ``flat_tol`` (or is wider than a lattice step). Starting from the labels'
+request-weighted median ``r*`` instead was tried: on the analyze test trace it took 9 runs
+instead of 6 (best static sat on a plateau far from the typical window's optimum), so the
+search needs no labels and runs beside the oracle.
+
 Two ratios are reported: ``ratio`` (the argmin, ties as in
 :func:`helm_plan.oracle.search.rank_key`) and ``robust_ratio``, the middle of
 the flat band (every evaluated r within ``flat_tol`` of the best P99):
@@ -28,13 +37,19 @@ import polars as pl
 from helm_plan.exec import Executor, Progress, SerialExecutor
 from helm_plan.exec.background import background
 from helm_plan.oracle.config import OracleConfig
-from helm_plan.oracle.search import Eval, best_of, first_points, rank_key
+from helm_plan.oracle.search import (
+    GOLDEN,
+    Eval,
+    best_of,
+    bracket,
+    first_points,
+    rank_key,
+    snap,
+    start_points,
+)
 from helm_plan.sim.config import NodeConfig
 from helm_plan.sim.context import NodeContext
 from helm_plan.sim.node import NodeResult, simulate_node
-
-GOLDEN = (3.0 - 5.0**0.5) / 2.0
-"""The golden-section step (≈ 0.382) into the larger gap of the bracket."""
 
 
 def static_task(shared: tuple[NodeContext, NodeConfig], r: float) -> NodeResult:
@@ -94,11 +109,20 @@ class BestStatic:
     evaluated: pl.DataFrame
     """Every r simulated: r, p99_ms, slo_attainment, emb_hit_rate, kv_reuse_rate (sorted by r)."""
     method: str
-    """'golden' (grid, then golden-section refinement) or 'grid STEP'."""
+    """'golden' (grid, then golden-section refinement), 'bracket' (``grid=False``) or
+    'grid STEP'."""
 
 
 def _eval(res: NodeResult) -> Eval:
     return res.p99_ms, res.slo_attainment, res.mean_ms
+
+
+def static_start(ocfg: OracleConfig) -> list[float]:
+    """The first whole-trace runs of the search without the grid: 0, 1 and the golden points
+    between them (or the validation grid's points)."""
+    if ocfg.grid_step is not None:
+        return sorted({0.0, 1.0, *start_points(ocfg, False, None)})
+    return sorted({0.0, 1.0, snap(GOLDEN, ocfg.ratio_step), snap(1.0 - GOLDEN, ocfg.ratio_step)})
 
 
 def best_static(
@@ -108,14 +132,22 @@ def best_static(
     progress: Progress | None = None,
     executor: Executor | None = None,
     runs: StaticRuns | None = None,
+    grid: bool = True,
 ) -> BestStatic:
     """Search the static r with the lowest whole-trace P99 (see the module docstring)."""
     memo = runs or StaticRuns(ctx, node_cfg, executor)
-    first = first_points(oracle_cfg)
+    first = first_points(oracle_cfg) if grid else static_start(oracle_cfg)
     memo.get(first, progress)
     evals = {r: _eval(memo.runs[r]) for r in first}
-    if oracle_cfg.grid_step is None:
+    if oracle_cfg.grid_step is None and grid:
         refine(evals, lambda r: _eval(memo.get([r])[0]), oracle_cfg.ratio_step or 0.01)
+    elif oracle_cfg.grid_step is None:
+
+        def ev(rs: list[float]) -> None:
+            for r, res in zip(rs, memo.get(rs), strict=True):
+                evals[round(float(r), 9)] = _eval(res)
+
+        bracket(ev, evals, oracle_cfg, None)
     r_star, flat, lo, hi = best_of(evals, oracle_cfg.flat_tol)
     rs = sorted(evals)
     band = [r for r in rs if lo <= r <= hi] if np.isfinite(lo) else [r_star]
@@ -132,7 +164,8 @@ def best_static(
         }
     )
     best = memo.runs[r_star]
-    method = f"grid {oracle_cfg.grid_step}" if oracle_cfg.grid_step is not None else "golden"
+    method = (f"grid {oracle_cfg.grid_step}" if oracle_cfg.grid_step is not None
+              else "golden" if grid else "bracket")  # fmt: skip
     return BestStatic(ratio=r_star, p99_ms=best.p99_ms, slo_attainment=best.slo_attainment,
                       flatness=flat, flat_lo=lo, flat_hi=hi, robust_ratio=robust, evaluated=df,
                       method=method)  # fmt: skip
@@ -144,23 +177,26 @@ class BackgroundStatic:
     Its runs trickle through the workers the oracle leaves idle while it runs
     its forks on threads of the driver, one whole-trace run at a time; the search
     and its memo are the same as in the foreground, so the answer is identical.
+    ``analyze`` runs it, so it searches without the grid by default (``grid=False``).
     """
 
     def __init__(self, ctx: NodeContext, node_cfg: NodeConfig, oracle_cfg: OracleConfig,
-                 executor: Executor) -> None:  # fmt: skip
+                 executor: Executor, grid: bool = False) -> None:  # fmt: skip
         self.runs = StaticRuns(ctx, node_cfg, executor)
         self._cfg = oracle_cfg
+        self._grid = grid
 
         def search(view: Executor) -> BestStatic:
             self.runs.executor = view
-            return best_static(ctx, node_cfg, oracle_cfg, runs=self.runs)
+            return best_static(ctx, node_cfg, oracle_cfg, runs=self.runs, grid=grid)
 
         self._job = background(executor, search, "best static")
 
     def result(self, executor: Executor | None) -> tuple[BestStatic, StaticRuns]:
         """Wait for the search; later runs of the memo use ``executor`` in full."""
         if self._job is None:
-            best = best_static(self.runs.ctx, self.runs.node_cfg, self._cfg, runs=self.runs)
+            best = best_static(self.runs.ctx, self.runs.node_cfg, self._cfg, runs=self.runs,
+                               grid=self._grid)  # fmt: skip
         else:
             best = self._job.result()
         self.runs.executor = executor

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from helm_plan.cluster.config import MAX_NODES, NODES_REASON
 from helm_plan.cluster.routers import get_router
-from helm_plan.config import require_int, require_positive, require_range
+from helm_plan.config import require_at_most, require_int, require_positive, require_range
 from helm_plan.errors import ConfigError
 from helm_plan.oracle import OracleConfig
 from helm_plan.plan.scale import ScaleBy
@@ -23,6 +24,14 @@ BASELINE_POLICY = "best-static"
 """The reference every saving is measured against: one static split fleet-wide ..."""
 DEFAULT_BASELINE_ROUTER = "jsq"
 """... behind a load-only router."""
+
+
+def require_attainment(a: float) -> None:
+    """Raise ConfigError unless 0 < ``a`` <= 1: the share of requests that must meet the SLO
+    (0 would accept a fleet that serves nothing in time)."""
+    if not 0.0 < a <= 1.0:
+        raise ConfigError(f"attainment must be in (0, 1], got {a}",
+                          hint="pass --attainment in (0, 1], e.g. 0.99")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,13 @@ class PlanConfig:
     """Also compute the single-node load curve (it seeds the search either way)."""
     load_refine_steps: int = 4
     """Bisections of each policy's pass/fail load edge on the single-node curve."""
+    check_monotone: bool = False
+    """Also evaluate N + 1 of every combination (non-monotone answers are then reported for
+    all; each GPU's cheapest gets N + 1 and N + 2 from the frontier either way)."""
+    frontier: bool = True
+    """Also evaluate N + 1 and N + 2 for each GPU's cheapest fleet (the cost-latency frontier)."""
+    headroom_steps: int = 4
+    """Bisections of each GPU's headroom (traffic growth until N + 1; 0 = skip it)."""
     load_max_requests: int = 250_000
     """Largest trace a load-curve point simulates (users scaling grows it with the load)."""
     n_boot: int = 1000
@@ -89,7 +105,7 @@ class PlanConfig:
             )
         if self.slo_ms is not None:
             require_positive("slo_ms", self.slo_ms)
-        require_range("attainment", self.attainment, 0.0, 1.0)
+        require_attainment(self.attainment)
         if not self.routers:
             raise ConfigError("plan needs at least one router", hint="pass --routers jsq,helm")
         for r in (*self.routers, self.baseline_router):
@@ -104,7 +120,8 @@ class PlanConfig:
             require_positive("scale", self.scale)
         if self.scale_by not in set(ScaleBy):
             raise ConfigError(f"unknown scaling {self.scale_by!r}", hint="use users or time")
-        require_int("max_nodes", self.max_nodes, 1, 100_000)
+        require_int("max_nodes", self.max_nodes, 1)
+        require_at_most("max_nodes", self.max_nodes, MAX_NODES, NODES_REASON)
         for gpu, usd in self.cost_per_hour:
             if not (usd >= 0 and math.isfinite(usd)):
                 raise ConfigError(
@@ -112,6 +129,7 @@ class PlanConfig:
                     hint="pass --cost-per-hour GPU=USD with a price in dollars",
                 )
         require_int("load_refine_steps", self.load_refine_steps, 0, 30)
+        require_int("headroom_steps", self.headroom_steps, 0, 30)
         require_int("load_max_requests", self.load_max_requests, 1)
         require_int("n_boot", self.n_boot, 10)
         require_range("ci_level", self.ci_level, 0.0, 1.0)

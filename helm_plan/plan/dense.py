@@ -49,6 +49,7 @@ def scale_arrays(
     window_s: float = 10.0,
     seed: int = 0,
     spill_dir: str | os.PathLike[str] | None = None,
+    peak_qps_target: float | None = None,
 ) -> tuple[TraceArrays, Scaling]:
     """``a`` scaled to ``factor`` times its arrival rate, as :func:`~.scale.scale` scales a table.
 
@@ -56,7 +57,8 @@ def scale_arrays(
     ``a = from_table(table)``; ``seed`` also seeds the result's implicit
     candidate draws (as that ``from_table`` call did). A new token array (clones
     other than one whole one) lives in a file in ``spill_dir`` when given
-    (:func:`helm_plan.io.spill_array`).
+    (:func:`helm_plan.io.spill_array`). ``peak_qps_target`` is only recorded (the
+    caller solved ``factor`` for it: :func:`~.scale.solve_factor`).
     """
     check_scaling(factor, by, a.n_requests)
     if not a.holds_tokens:
@@ -65,7 +67,8 @@ def scale_arrays(
     if by == ScaleBy.TIME:
         out = dataclasses.replace(a, ts_s=time_scaled(a.ts_s, factor), candidate_seed=int(seed))
     else:  # the clones' ids come from the original ids, as the table route makes them
-        rows, t, uid = users_plan(a.ts_s, a.user_ids[a.user], factor, seed)
+        rows, t, uid = users_plan(a.ts_s, a.user_ids[a.user], factor, seed, by=by,
+                                  window_s=window_s)  # fmt: skip
         out = _gather(a, rows, t, uid, int(seed), spill_dir)
     # distinct history items, as the table's count of distinct new_items (a bitmap: a
     # bincount would widen every token to int64 first, 8 bytes a token of transient)
@@ -75,7 +78,7 @@ def scale_arrays(
     items = int(np.count_nonzero(seen))
     # the dense users are the distinct ids already: no np.unique of a per-request column
     info = scaling_info(str(by), factor, a.ts_s, out.ts_s, a.n_users, out.n_users, items,
-                        window_s)  # fmt: skip
+                        window_s, peak_qps_target)  # fmt: skip
     return out, info
 
 

@@ -25,7 +25,9 @@ from helm_plan.cluster import ClusterConfig
 from helm_plan.cluster.compare import run_point
 from helm_plan.oracle import OracleConfig
 from helm_plan.oracle.search import ratio_grid
-from helm_plan.plan.config import BASELINE_POLICY
+from helm_plan.plan.config import BASELINE_POLICY, PlanConfig
+from helm_plan.plan.search import Point
+from helm_plan.sim.config import NodeConfig
 from helm_plan.sim.context import NodeContext
 
 
@@ -97,3 +99,17 @@ def meets(
                                e.ratio, len(tried))  # fmt: skip
     return Evaluation(found.passes, found.p99_ms, found.slo_attainment, found.sojourn_s,
                       found.window_idx, found.ratio, len(tried))  # fmt: skip
+
+
+def evaluate_size(
+    ctx: NodeContext, ncfg: NodeConfig, cfg: PlanConfig, spec: str, router: str, n: int,
+    hint: float = 0.5,
+) -> tuple[Point, tuple[np.ndarray, np.ndarray, float]]:  # fmt: skip
+    """One fleet size: its Point and its per-window (requests, within-SLO, best-static r)."""
+    ccfg = ClusterConfig(nodes=n, router=router, node=ncfg, seed=cfg.seed)
+    ev = meets(ctx, ccfg, spec, cfg.oracle, cfg.attainment, hint=hint)
+    n_w = ctx.n_windows(ncfg.window_s)
+    size = np.bincount(ev.window_idx, minlength=n_w).astype(np.int64)
+    met = np.bincount(ev.window_idx, weights=ev.sojourn_s <= ncfg.slo_ms / 1e3,
+                      minlength=n_w).astype(np.int64)  # fmt: skip
+    return Point(n, ev.passes, ev.p99_ms, ev.slo_attainment, ev.ratio), (size, met, ev.ratio)

@@ -19,6 +19,7 @@ every evaluated size passes (one past the largest when none does: a bound).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,9 +27,11 @@ import numpy as np
 import polars as pl
 
 from helm_plan.plan.config import BASELINE_POLICY, PlanConfig
+from helm_plan.plan.frontier import Headroom, cheapest, frontier_table, headroom_table
 from helm_plan.plan.loadcurve import LoadCurve
 from helm_plan.plan.scale import Scaling
 from helm_plan.plan.search import Search, cost
+from helm_plan.plan.verdict import Facts, fleet_split_sentence, split_sentence
 from helm_plan.sim import NodeConfig
 from helm_plan.sim.context import NodeContext
 
@@ -75,6 +78,10 @@ class PlanResult:
     max_qps: pl.DataFrame
     """gpu, policy, max_qps, lower_bound: one node's maximum QPS at the SLO (lower_bound: the
     curve stopped at load_max_requests while still passing)."""
+    frontier: pl.DataFrame
+    """Each GPU's cheapest combination at N − 1 .. N + 2 nodes (:mod:`.frontier`)."""
+    headroom: pl.DataFrame
+    """Each GPU's cheapest fleet: traffic growth until it needs N + 1 (:mod:`.frontier`)."""
     answer: tuple[str, ...]
     """Plain sentences: the cheapest fleet, what adaptivity and routing save, caveats."""
 
@@ -119,7 +126,7 @@ def _is_static(policy: str) -> bool:
 def build_result(
     cfg: PlanConfig, ncfg: NodeConfig, scaling: Scaling, setups: list[GpuSetup],
     ctxs: list[NodeContext], curves: list[LoadCurve], combos: list[Combo],
-    policies: tuple[str, ...], routers: tuple[str, ...],
+    policies: tuple[str, ...], routers: tuple[str, ...], room: Sequence[Headroom] = (),
 ) -> PlanResult:  # fmt: skip
     """Tables, savings and sentences from the searches."""
     qps = scaling.qps_after
@@ -165,7 +172,16 @@ def build_result(
                         "lower_bound": c.capped.get(p, False)}
                        for i, c in enumerate(curves) for p, q in c.max_qps.items()])  # fmt: skip
     ev = pl.DataFrame(evald, infer_schema_length=None)
-    res = PlanResult(cfg, ncfg.slo_ms, scaling, gpus, cap, ev, savings, lc, mq, ())
+    chosen = {}
+    for name in names:
+        best = cheapest([r for r in rows if r["gpu"] == name])
+        if best is not None:
+            chosen[name] = (best["policy"], best["router"], best["nodes"])
+    points = {(names[c.gpu], c.policy, c.router): c.search.at for c in combos}
+    prices = {names[i]: s.price_per_hour for i, s in enumerate(setups)}
+    front = frontier_table(points, chosen, prices, qps)
+    room_t = headroom_table(room, scaling.peak_qps_after)
+    res = PlanResult(cfg, ncfg.slo_ms, scaling, gpus, cap, ev, savings, lc, mq, front, room_t, ())
     return PlanResult(**{**res.__dict__, "answer": tuple(answer_sentences(res))})
 
 
@@ -207,43 +223,90 @@ def _savings(cfg, names, by, setups, policies, routers, n_w) -> pl.DataFrame:
     return pl.DataFrame(out, schema=cols)
 
 
+def traffic_sentence(s: Scaling, window_s: float) -> str:
+    """The traffic model, as the first screen states it."""
+    asked = ""
+    if s.peak_qps_target is not None:
+        asked = (f" (asked {s.peak_qps_target:,.0f}: "
+                 f"{s.peak_qps_after / s.peak_qps_target - 1:+.1%})")  # fmt: skip
+    return (f"Planned traffic: {s.peak_qps_after:,.0f} req/s in the busiest {window_s:g} s window"
+            f"{asked}, {s.qps_after:,.0f} req/s mean; the trace scaled x{s.factor:.3g} by "
+            f"{s.method}: {s.assumption}.")  # fmt: skip
+
+
+def _headroom_text(res: PlanResult, gpu: str) -> str:
+    h = res.headroom.filter(pl.col("gpu") == gpu)
+    if h.is_empty():
+        return ""
+    r = h.row(0, named=True)
+    if r["capped"]:
+        return f"; headroom: still holds at +{r['growth_lo']:.0%} traffic"
+    return (f"; headroom: +{r['growth_lo']:.0%} traffic before it needs one more node "
+            f"(fails at +{r['growth_hi']:.0%})")  # fmt: skip
+
+
 def answer_sentences(res: PlanResult) -> list[str]:
-    """The plan in plain words (the CLI prints them; the report's first screen shows them)."""
-    s = res.scaling
-    out = [f"Planned for {s.qps_after:,.0f} req/s mean, {s.peak_qps_after:,.0f} req/s in the "
-           f"busiest window (trace scaled x{s.factor:.3g} by {s.method}), P99 <= "
-           f"{res.slo_ms:g} ms for {res.config.attainment:.1%} of requests."]  # fmt: skip
+    """The plan in plain words (the CLI prints them; the report's first screen shows them).
+
+    Judgements go through :func:`helm_plan.plan.verdict.verdicts` (the one place they are
+    made); this adds the traffic, the prices and the savings.
+    """
+    cfg, s = res.config, res.scaling
+    window_s = cfg.node.window_s
+    slo = (f"P99 <= {res.slo_ms:g} ms for {cfg.attainment:.1%} of requests"
+           + (" (the model's default SLO)" if cfg.slo_ms is None else ""))  # fmt: skip
+    out = [traffic_sentence(s, window_s) + f" Target: {slo}."]
     ok = res.capacity.filter(pl.col("nodes").is_not_null())
     if ok.height == 0:
-        out.append(f"No combination meets the SLO within {res.config.max_nodes} nodes per GPU "
-                   "kind: raise --max-nodes or relax --slo-ms.")  # fmt: skip
+        out.append(f"No combination meets the SLO within {cfg.max_nodes} nodes per GPU kind: "
+                   "the traffic overloads every fleet considered; raise --max-nodes or relax "
+                   "--slo-ms.")  # fmt: skip
         return out
     cheap = ok.sort(["usd_per_day", "nodes", "p99_ms"]).row(0, named=True)
     out.append(f"Cheapest: {cheap['nodes']} x {cheap['gpu']} with {cheap['policy']} behind "
-               f"{cheap['router']}, ${cheap['usd_per_day']:,.0f}/day "
-               f"(${cheap['usd_per_million_requests']:.3g} per million requests).")  # fmt: skip
+               f"{cheap['router']}: ${cheap['usd_per_day']:,.0f}/day, "
+               f"${cheap['usd_per_million_requests']:.3g} per million requests at the planned "
+               f"mean of {s.qps_after:,.0f} req/s (the fleet is sized for the busiest window, "
+               f"{s.peak_qps_after:,.0f} req/s){_headroom_text(res, cheap['gpu'])}.")  # fmt: skip
     for g in res.gpus.iter_rows(named=True):
-        mine = ok.filter(pl.col("gpu") == g["gpu"])
-        if mine.height and mine["nodes"].n_unique() == 1:
-            n = mine["nodes"][0]
-            out.append(f"On {g['gpu']} every planned policy and router needs {n} "
-                       f"node{'s' * (n != 1)}: any split works; buy {n} "
-                       f"GPU{'s' * (n != 1)}.")  # fmt: skip
-        if g["fits"]:
-            out.append(f"On {g['gpu']} the trace's whole EMB+KV footprint fits in one node's "
-                       "pool, so the split does not matter here; use --pool-fraction, --scale "
-                       "or synth --like --scale to study a larger workload.")  # fmt: skip
+        mine = res.capacity.filter(pl.col("gpu") == g["gpu"])
+        base = mine.filter(pl.col("router") == cfg.baseline_router)
+        split_nodes = {r["policy"]: r["nodes"] for r in base.iter_rows(named=True)
+                       if r["policy"] in ("best-static", "emb-max", "kv-max")}  # fmt: skip
+        facts = Facts(slo_ms=res.slo_ms, attainment=cfg.attainment, gpu=g["gpu"],
+                      fits=bool(g["fits"]), split_nodes=split_nodes)  # fmt: skip
+        said = [x for x in (fleet_split_sentence(facts), split_sentence(facts)) if x]
+        if said:
+            first = said[0][0].lower() + said[0][1:]
+            out.append(f"On {g['gpu']}: " + " ".join([first, *said[1:]]))
+    out += _savings_sentences(res)
+    if ok.filter(pl.col("non_monotone")).height:
+        out.append("Some rows are non-monotone in fleet size (a larger fleet failed): see "
+                   "'non_monotone' and the evaluated sizes.")  # fmt: skip
+    return out
+
+
+def _savings_sentences(res: PlanResult) -> list[str]:
+    """One sentence per saving with an effect; every null saving (0 nodes, CI 0 to 0) in one."""
+    out, nulls = [], []
     for r in res.savings.iter_rows(named=True):
         if r["nodes_saved"] is None:
             continue
         what = (f"{r['a']} over {r['b']} behind {r['scope']}" if r["kind"] == "adaptive"
                 else f"helm routing over {r['b']} with {r['scope']}")  # fmt: skip
+        if r["nodes_saved"] == 0 and r["lo"] == 0 and r["hi"] == 0:
+            nulls.append(r)
+            continue
         ci = (f" ({res.config.ci_level:.0%} CI {r['lo']:+.0f} to {r['hi']:+.0f})"
               if r["lo"] == r["lo"] else "")  # fmt: skip
         out.append(f"{r['gpu']}: {what} saves {r['nodes_saved']:+d} nodes{ci}.")
-    if ok.filter(pl.col("non_monotone")).height:
-        out.append("Some rows are non-monotone in fleet size (a larger fleet failed): see "
-                   "'non_monotone' and the evaluated sizes.")  # fmt: skip
+    if nulls:
+        kinds = sorted({"adaptivity" if r["kind"] == "adaptive" else "helm routing"
+                        for r in nulls})  # fmt: skip
+        gpus = ", ".join(dict.fromkeys(r["gpu"] for r in nulls))
+        which = "the other" if out else "all"
+        out.append(f"No saving from {' or '.join(kinds)} in {which} {len(nulls)} comparisons "
+                   f"on {gpus}: each saves 0 nodes ({res.config.ci_level:.0%} CI 0 to 0).")  # fmt: skip
     return out
 
 
@@ -254,12 +317,14 @@ def plan_doc(res: PlanResult) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "config": cfg,
         "slo_ms": res.slo_ms,
-        "scaling": asdict(res.scaling),
+        "scaling": asdict(res.scaling) | {"assumption": res.scaling.assumption},
         "gpus": res.gpus.to_dicts(),
         "capacity": res.capacity.to_dicts(),
         "savings": res.savings.to_dicts(),
         "load_curve": res.load_curve.to_dicts(),
         "max_qps": res.max_qps.to_dicts(),
+        "frontier": res.frontier.to_dicts(),
+        "headroom": res.headroom.to_dicts(),
         "evaluated": res.evaluated.to_dicts(),
         "answer": list(res.answer),
     }

@@ -27,56 +27,93 @@ import numpy as np
 import pyarrow as pa
 
 from helm_plan.arrays import TraceArrays, from_table
-from helm_plan.cluster import ClusterConfig
+from helm_plan.cache.core import Workload
+from helm_plan.cache.footprint import footprint
+from helm_plan.errors import TraceError
 from helm_plan.exec import Executor, Progress, SerialExecutor
 from helm_plan.plan.config import BASELINE_POLICY, PlanConfig
 from helm_plan.plan.dense import scale_arrays
-from helm_plan.plan.evaluate import meets
+from helm_plan.plan.evaluate import evaluate_size
+from helm_plan.plan.frontier import HeadroomSetup, cheapest, frontier_sizes, headroom_task
 from helm_plan.plan.gpus import GpuSetup, default_policies, gpu_setups
 from helm_plan.plan.loadcurve import LoadSetup, load_curve, start_factor
 from helm_plan.plan.result import Combo, PlanResult, build_result
-from helm_plan.plan.scale import factor_for_ts
+from helm_plan.plan.scale import solve_factor
 from helm_plan.plan.search import Point, first_guess, minimal_nodes
 from helm_plan.policies import parse_policy
-from helm_plan.profiles import (
-    load_model,
-)
-from helm_plan.sim import NodeConfig
-from helm_plan.sim.context import NodeContext, prepare_context
+from helm_plan.pool import Pool, resolve_pool
+from helm_plan.profiles import ModelProfile, load_model, resolve_slo_ms
+from helm_plan.sim.context import prepare_context
 
 
-def _scaled(arrays: TraceArrays, cfg: PlanConfig, window_s: float):
+def require_rate(arrays: TraceArrays) -> None:
+    """Raise TraceError unless the trace's requests arrive at two or more distinct times: a
+    capacity plan sizes a fleet for an arrival rate, and one instant has none."""
+    ts_s = arrays.ts_s
+    if len(ts_s) < 2 or not float(ts_s[-1]) > float(ts_s[0]):
+        raise TraceError(
+            f"the trace's {len(ts_s)} request(s) arrive at one instant (a span of 0 s), so it "
+            "has no arrival rate to plan capacity for",
+            hint="plan a trace whose requests arrive over time (analyze --no-capacity "
+            "analyses this one as it is, on one node)",
+        )
+
+
+def gpu_pools(
+    trace: TraceArrays, cfg: PlanConfig, model: ModelProfile, setups: Sequence[GpuSetup]
+) -> list[Pool]:
+    """Each GPU's pool by the one pool rule (:mod:`helm_plan.pool`): a share of the footprint
+    is a share of the trace *as given*, so the planned fleet's GPUs never grow with its users."""
+    fp = None
+    if cfg.pool_fraction is not None:
+        fp = footprint(Workload.of(trace, model), model).total_bytes
+    return [resolve_pool(s.gpu, model, pool_bytes_override=cfg.pool_bytes,
+                         pool_fraction=cfg.pool_fraction, footprint_bytes=fp)
+            for s in setups]  # fmt: skip
+
+
+def planned_factor(arrays: TraceArrays, cfg: PlanConfig, window_s: float) -> float:
+    """K of the planned traffic: solved for --peak-qps (the peak asked is the peak planned),
+    else --scale, else 1."""
     if cfg.peak_qps is not None:
-        k = factor_for_ts(arrays.ts_s, peak_qps_target=cfg.peak_qps, window_s=window_s)
-    else:
-        k = cfg.scale if cfg.scale is not None else 1.0
-    return scale_arrays(arrays, k, by=cfg.scale_by, window_s=window_s, seed=cfg.seed,
-                        spill_dir=cfg.spill_dir)  # fmt: skip
+        return solve_factor(arrays.ts_s, arrays.user_ids[arrays.user], cfg.peak_qps,
+                            by=cfg.scale_by, window_s=window_s, seed=cfg.seed)  # fmt: skip
+    return cfg.scale if cfg.scale is not None else 1.0
 
 
-def _combo(shared: tuple[list[NodeContext], NodeConfig, PlanConfig, dict], item) -> Combo:
-    """Minimal nodes for one (GPU index, policy, router): an executor task."""
+def planned_trace(arrays: TraceArrays, cfg: PlanConfig, window_s: float):
+    """The planned traffic (the trace scaled by :func:`planned_factor`) and its Scaling."""
+    return scale_arrays(arrays, planned_factor(arrays, cfg, window_s), by=cfg.scale_by,
+                        window_s=window_s, seed=cfg.seed, spill_dir=cfg.spill_dir,
+                        peak_qps_target=cfg.peak_qps)  # fmt: skip
+
+
+def _combos(shared, item: tuple[int, str, tuple[str, ...]]) -> list[Combo]:
+    """Minimal nodes for one (GPU index, policy) behind each router: an executor task.
+
+    The routers are searched in turn, each from the last one's answer (the router rarely
+    moves N by more than one, so a search then costs its two confirming simulations).
+    """
     ctxs, ncfg, cfg, starts, starts_r = shared
-    gi, spec, router = item
-    ctx = ctxs[gi]
-    counts: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
-    n_w = ctx.n_windows(ncfg.window_s)
+    gi, spec, routers = item
+    out = []
+    start, ratio = starts[(gi, spec)], starts_r.get((gi, spec), 0.5)
+    for router in routers:
+        counts: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
+        hint = [ratio]
 
-    hint = [starts_r.get((gi, spec), 0.5)]
+        def evaluate(n: int, router: str = router, counts=counts, hint=hint) -> Point:
+            pt, counts[n] = evaluate_size(ctxs[gi], ncfg, cfg, spec, router, n, hint[0])
+            if pt.passes and pt.ratio == pt.ratio:
+                hint[0] = pt.ratio  # the next size tries the r that just passed first
+            return pt
 
-    def evaluate(n: int) -> Point:
-        ccfg = ClusterConfig(nodes=n, router=router, node=ncfg, seed=cfg.seed)
-        ev = meets(ctx, ccfg, spec, cfg.oracle, cfg.attainment, hint=hint[0])
-        size = np.bincount(ev.window_idx, minlength=n_w).astype(np.int64)
-        met = np.bincount(ev.window_idx, weights=ev.sojourn_s <= ncfg.slo_ms / 1e3,
-                          minlength=n_w).astype(np.int64)  # fmt: skip
-        counts[n] = (size, met, ev.ratio)
-        if ev.passes and ev.ratio == ev.ratio:
-            hint[0] = ev.ratio  # the next size tries the r that just passed first
-        return Point(n, ev.passes, ev.p99_ms, ev.slo_attainment)
-
-    s = minimal_nodes(evaluate, start=starts[(gi, spec)], max_nodes=cfg.max_nodes)
-    return Combo(gi, spec, router, s, counts)
+        s = minimal_nodes(evaluate, start=start, max_nodes=cfg.max_nodes,
+                          check_above=cfg.check_monotone)  # fmt: skip
+        out.append(Combo(gi, spec, router, s, counts))
+        if s.nodes is not None:
+            start, ratio = s.nodes, hint[0]
+    return out
 
 
 def plan(
@@ -96,8 +133,7 @@ def plan(
     ``setups`` replaces the GPUs named in ``cfg`` (tests pass hand-made latency models).
     """
     model = load_model(cfg.model)
-    slo = cfg.slo_ms if cfg.slo_ms is not None else model.default_slo_ms
-    ncfg = dataclasses.replace(cfg.node, slo_ms=slo)
+    ncfg = dataclasses.replace(cfg.node, slo_ms=resolve_slo_ms(model, cfg.slo_ms))
     policies = tuple(dict.fromkeys(cfg.policies or default_policies()))
     for p in policies:
         parse_policy(p)  # a precise error before any work
@@ -105,11 +141,16 @@ def plan(
     ex = executor or SerialExecutor()
     if isinstance(trace, pa.Table):
         trace = from_table(trace, seed=cfg.seed)
-    arrays, scaling = _scaled(trace, cfg, ncfg.window_s)
-    del trace  # the load points scale the planned arrays (a table's densified copy goes)
-    ctxs = [prepare_context(arrays, s.gpu, model, s.latency, pool_bytes=cfg.pool_bytes,
-                            pool_fraction=cfg.pool_fraction, latency_profile=s.latency_profile)
-            for s in setups]  # fmt: skip
+    require_rate(trace)  # before any work: a plan needs an arrival rate
+    pools = gpu_pools(trace, cfg, model, setups)  # the input trace's: before any scaling
+    arrays, scaling = planned_trace(trace, cfg, ncfg.window_s)
+    # the headroom grows the traffic from the trace as given; else the load points scale the
+    # planned arrays (a table's densified copy goes)
+    inp = trace if cfg.headroom_steps > 0 else None
+    del trace
+    ctxs = [prepare_context(arrays, s.gpu, model, s.latency, pool=pool,
+                            latency_profile=s.latency_profile)
+            for s, pool in zip(setups, pools, strict=True)]  # fmt: skip
     del arrays  # held by the contexts (one copy for all GPUs)
     # the workers' copy is the driver's too, from here on: the load points' setups and the
     # combos ship the shared arrays by reference (exec.blocks), and hold no second copy
@@ -131,12 +172,77 @@ def plan(
             r_max = lc.ratio_at_max.get(p, math.nan)
             starts_r[(gi, p)] = r_max if r_max == r_max else 0.5
     routers = tuple(dict.fromkeys(cfg.routers))
-    items = [(gi, p, r) for gi in range(len(setups)) for p in policies for r in routers]
-    base = (BASELINE_POLICY, cfg.baseline_router)
-    for gi in range(len(setups)):
-        if (gi, *base) not in items:  # every GPU's savings are measured against its baseline
-            items.append((gi, *base))
+    items = [(gi, p, routers) for gi in range(len(setups)) for p in policies]
+    for gi in range(len(setups)):  # every GPU's savings are measured against its baseline
+        if BASELINE_POLICY not in policies:
+            items.append((gi, BASELINE_POLICY, (cfg.baseline_router,)))
             starts.setdefault((gi, BASELINE_POLICY), starts.get((gi, policies[0]), 1))
-    combos = ex.map(_combo, items, shared=(ctxs, ncfg, cfg, starts, starts_r), progress=progress,
-                    label=lambda it: f"{setups[it[0]].gpu.name} {it[1]} {it[2]}")  # fmt: skip
-    return build_result(cfg, ncfg, scaling, setups, ctxs, curves, combos, policies, routers)
+        elif cfg.baseline_router not in routers:
+            items.append((gi, BASELINE_POLICY, (cfg.baseline_router,)))
+    groups = ex.map(_combos, items, shared=(ctxs, ncfg, cfg, starts, starts_r),
+                    progress=progress,
+                    label=lambda it: f"{setups[it[0]].gpu.name} {it[1]}")  # fmt: skip
+    combos = [c for g in groups for c in g]
+    combos = _frontier(combos, ctxs, ncfg, cfg, ex, progress)
+    room = []
+    if cfg.headroom_steps > 0:
+        hs = HeadroomSetup(inp, model, cfg, ncfg, scaling.factor, cfg.headroom_steps)
+        picks = [(setups[c.gpu], pools[c.gpu], c.policy, c.router, c.search.nodes,
+                  _hint(c, c.search.nodes)) for c in _cheapest(combos).values()]  # fmt: skip
+        room = ex.map(headroom_task, picks, shared=hs, progress=progress,
+                      label=lambda it: f"headroom {it[0].gpu.name}")  # fmt: skip
+    return build_result(cfg, ncfg, scaling, setups, ctxs, curves, combos, policies, routers,
+                        room)  # fmt: skip
+
+
+def _cheapest(combos: list[Combo]) -> dict[int, Combo]:
+    """Each GPU's cheapest passing combination (:func:`~.frontier.cheapest`'s rule)."""
+    out: dict[int, Combo] = {}
+    for gi in dict.fromkeys(c.gpu for c in combos):
+        rows = [{"nodes": c.search.nodes, "combo": c,
+                 "p99_ms": c.search.at[c.search.nodes].p99_ms if c.search.nodes else None}
+                for c in combos if c.gpu == gi]  # fmt: skip
+        best = cheapest(rows)
+        if best is not None:
+            out[gi] = best["combo"]
+    return out
+
+
+def _hint(c: Combo, n: int) -> float:
+    r = c.search.at[n].ratio if n in c.search.at else math.nan
+    return r if r == r else 0.5
+
+
+def _size_task(shared, item) -> tuple[Point, tuple[np.ndarray, np.ndarray, float]]:
+    """One extra fleet size of one combination (an executor task)."""
+    ctxs, ncfg, cfg = shared
+    gi, spec, router, n, hint = item
+    return evaluate_size(ctxs[gi], ncfg, cfg, spec, router, n, hint)
+
+
+def _frontier(combos, ctxs, ncfg, cfg, ex, progress) -> list[Combo]:
+    """Evaluate the sizes each GPU's frontier needs past its cheapest fleet (plan.frontier)."""
+    if not cfg.frontier:
+        return combos
+    todo = []
+    for c in _cheapest(combos).values():
+        todo += [(c, n) for n in frontier_sizes(c.search.nodes, cfg.max_nodes, list(c.search.at))]
+    if not todo:
+        return combos
+    got = ex.map(_size_task, [(c.gpu, c.policy, c.router, n, _hint(c, c.search.nodes))
+                              for c, n in todo], shared=(ctxs, ncfg, cfg), progress=progress,
+                 label=lambda it: f"frontier {it[1]} {it[2]} x{it[3]}")  # fmt: skip
+    extra: dict[int, list] = {}
+    for (c, n), res in zip(todo, got, strict=True):
+        extra.setdefault(id(c), []).append((n, res))
+    out = []
+    for c in combos:
+        if id(c) not in extra:
+            out.append(c)
+            continue
+        pts = tuple(p for _, (p, _) in extra[id(c)])
+        counts = {**c.counts, **{n: cnt for n, (_, cnt) in extra[id(c)]}}
+        non_mono = c.search.non_monotone or any(not p.passes for p in pts)
+        s = dataclasses.replace(c.search, evaluated=c.search.evaluated + pts, non_monotone=non_mono)
+        out.append(dataclasses.replace(c, search=s, counts=counts))
+    return out

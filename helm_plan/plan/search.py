@@ -5,11 +5,13 @@ simulator in practice): a bracket galloping from a single-node estimate
 (down by 1, 2, 4, ... while it passes, up likewise while it fails), then
 bisection, so the
 answer ``N`` has ``N`` evaluated passing and ``N − 1`` evaluated failing.
-``N + 1`` is evaluated too: bisection alone only ever sees sizes consistent
-with a monotone answer, so a failing ``N + 1`` (or any evaluated size above
-``N`` that failed, or below ``N − 1`` that passed) means "P99 ≤ T" is not
-monotone in N here (routing and per-node caches can do that); it is
-reported, never hidden.
+``N + 1`` is evaluated too unless the caller checks it elsewhere
+(``check_above``): bisection alone only ever sees sizes consistent with a
+monotone answer, so a failing ``N + 1`` (or any evaluated size above ``N``
+that failed, or below ``N − 1`` that passed) means "P99 ≤ T" is not monotone
+in N here (routing and per-node caches can do that); it is reported, never
+hidden. With a first guess that is right, the search costs two simulations
+(``N`` passes, ``N − 1`` fails).
 
 Cost: a fleet of ``N`` GPUs at ``price`` USD per GPU-hour serving ``qps``
 requests per second costs ``N · 24`` GPU-hours per day and
@@ -38,6 +40,8 @@ class Point:
     """Fleet-wide P99 sojourn, ms."""
     slo_attainment: float
     """Fleet-wide share of requests within the SLO."""
+    ratio: float = math.nan
+    """best-static: the fleet-wide static r behind this answer (NaN for other policies)."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +60,11 @@ class Search:
         return {p.nodes: p for p in self.evaluated}
 
 
-def minimal_nodes(evaluate: Callable[[int], Point], *, start: int, max_nodes: int) -> Search:
-    """The smallest N with ``evaluate(N).passes`` (see the module docstring)."""
+def minimal_nodes(
+    evaluate: Callable[[int], Point], *, start: int, max_nodes: int, check_above: bool = True
+) -> Search:
+    """The smallest N with ``evaluate(N).passes`` (see the module docstring); ``check_above``
+    False skips the ``N + 1`` check (a plan checks it where it matters: plan.frontier)."""
     require_int("max_nodes", max_nodes, 1)
     start = min(max(int(start), 1), max_nodes)
     seen: dict[int, Point] = {}
@@ -98,7 +105,7 @@ def minimal_nodes(evaluate: Callable[[int], Point], *, start: int, max_nodes: in
             lo = mid
     if hi > 1:
         ev(hi - 1)  # N − 1 is evaluated and fails (bisection left it at lo = hi − 1)
-    if hi < max_nodes:
+    if check_above and hi < max_nodes:
         ev(hi + 1)  # one size up must pass as well, or the answer is not monotone
     non_mono = any(p.passes for p in order if p.nodes < hi - 1) or any(
         not p.passes for p in order if p.nodes > hi

@@ -4,10 +4,13 @@ Read from the policy tables analyze already has (``policy_windows``,
 ``sensitivity``, ``adaptivity``, ``labels``): the controller's r per window
 against r* and its flat band, the distribution of |r − r*|, its P99 regret
 against the oracle schedule and best static with the window-bootstrap CI,
-and its decision latency from the shipped card. |r − r*| is summarised only
-over windows whose flat band is narrower than :data:`NARROW_BAND`: where the
-band is wide, r* is one arbitrary point of a plateau and the distance means
-nothing.
+its guard (anchor, share of windows it fell back), and its decision latency
+as the runtime's own timer measured it in this run (the shipped card's
+figure beside it, labelled as the card's). |r − r*| is summarised only over
+windows whose flat band is narrower than :data:`NARROW_BAND`: where the band
+is wide, r* is one arbitrary point of a plateau and the distance means
+nothing. :func:`recommendation` says plainly "use best static" unless the
+gain's CI is above zero.
 """
 
 from __future__ import annotations
@@ -17,26 +20,37 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
-from helm_plan.report.figures import _layout
+from helm_plan.controller.features import NARROW_BAND
+from helm_plan.report.colours import policy_colour
+from helm_plan.report.page import (
+    Page,
+    f_fixed,
+    f_num,
+    f_pct,
+    f_text,
+    layout,
+    steps,
+    table,
+    tol_text,
+)
 from helm_plan.report.store import RunData
+from helm_plan.report.tables import ADAPTIVITY, LABELS, POLICIES, POLICY_WINDOWS, SENSITIVITY
 
 NAME = "controller"
 """The policy row analyze runs for the shipped default controller."""
-NARROW_BAND = 0.1
-"""Windows whose flat band is narrower than this are where |r − r*| is meaningful."""
 
 
 def controller_summary(run: RunData) -> dict[str, Any] | None:
     """summary.json's ``controller`` object (None when analyze ran no controller)."""
-    pols = run.table("policies")
+    pols = run.table(POLICIES)
     if pols.is_empty() or NAME not in pols["policy"].to_list():
         return None
     row = pols.filter(pl.col("policy") == NAME).row(0, named=True)
     bs = pols.filter(pl.col("policy") == "best-static")
     bs_p99 = bs["p99_ms"][0] if bs.height else None
     o_p99 = run.meta.get("oracle_p99_ms")
-    sens = run.table("sensitivity")
-    lab = run.table("labels")
+    sens = run.table(SENSITIVITY)
+    lab = run.table(LABELS)
     narrow = (
         sens.filter(pl.col("policy") == NAME)
         .join(lab.select("window", "flat_width"), on="window")
@@ -44,11 +58,11 @@ def controller_summary(run: RunData) -> dict[str, Any] | None:
         if not sens.is_empty() and not lab.is_empty()
         else pl.DataFrame()
     )
-    ad = run.table("adaptivity")
+    ad = run.table(ADAPTIVITY)
     adr = ad.filter(pl.col("policy") == NAME) if not ad.is_empty() else ad
     gain = adr.row(0, named=True) if adr.height else {}
     p99 = row.get("p99_ms")
-    return {
+    out = {
         "p99_ms": p99,
         "slo_attainment": row.get("slo_attainment"),
         "regret_vs_oracle": p99 / o_p99 - 1 if p99 and o_p99 else None,
@@ -60,34 +74,58 @@ def controller_summary(run: RunData) -> dict[str, Any] | None:
         "narrow_band_windows": int(narrow.height),
         "mean_abs_dr_narrow": float(narrow["abs_dr"].mean()) if narrow.height else None,
         "decision_latency_us": run.meta.get("controller_decision_latency_us"),
+        "decision_latency_source": "measured in this run (the runtime's own timer)",
+        "card_decision_latency_us": run.meta.get("controller_card_latency_us"),
+        "guard": run.meta.get("controller_guard"),
+        "best_static_ratio": run.meta.get("best_static_ratio"),
     }
+    out["recommendation"] = recommendation(out)
+    return out
+
+
+def recommendation(s: dict[str, Any]) -> str:
+    """One sentence: the controller only where its gain over best static is significant."""
+    lo, g = s.get("gain_ci_low"), s.get("gain_vs_best_static")
+    r = s.get("best_static_ratio")
+    at = f" (r = {r:.2f})" if isinstance(r, float) else ""
+    if lo is not None and g is not None and lo > 0:
+        return (f"Deploy the controller: it beats best static{at} by {g:.1%} "
+                f"(95% CI from {lo:.1%}).")  # fmt: skip
+    if g is None:
+        return f"Use best static{at}: the controller's gain was not measured."
+    return (f"Use best static{at}: the controller does not beat it here "
+            f"(P99 {g:+.1%}, CI low end {lo:+.1%}).")  # fmt: skip
 
 
 def timeline(run: RunData) -> go.Figure | None:
     """The controller's r per window against r* and its flat band."""
-    pw, lab = run.table("policy_windows"), run.table("labels")
+    pw, lab = run.table(POLICY_WINDOWS), run.table(LABELS)
     if pw.is_empty() or lab.is_empty():
         return None
     c = pw.filter(pl.col("policy") == NAME).sort("t_start_s")
     if c.is_empty():
         return None
     lab = lab.sort("t_start_s")
-    x = lab["t_start_s"].to_list()
+    t0, t1 = lab["t_start_s"], lab["t_end_s"]
+    x, hi = steps(t0, t1, lab["flat_hi"])
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=x + x[::-1], y=lab["flat_hi"].to_list() + lab["flat_lo"].to_list()[::-1],
-                             fill="toself", fillcolor="rgba(42,157,143,0.15)", line={"width": 0},
-                             name="flat band (within 2% of r*)", hoverinfo="skip"))  # fmt: skip
-    fig.add_trace(go.Scatter(x=x, y=lab["r_star"].to_list(), mode="lines", name="r* (oracle)",
+    fig.add_trace(go.Scatter(x=x, y=hi, mode="lines", line={"width": 0, "shape": "hv"},
+                             showlegend=False, hoverinfo="skip"))  # fmt: skip
+    fig.add_trace(go.Scatter(x=x, y=steps(t0, t1, lab["flat_lo"])[1], mode="lines", fill="tonexty",
+                             fillcolor="rgba(42,157,143,0.15)", line={"width": 0, "shape": "hv"},
+                             name=f"flat band (within {tol_text(run)} of r*)", hoverinfo="skip"))  # fmt: skip
+    fig.add_trace(go.Scatter(x=x, y=steps(t0, t1, lab["r_star"])[1], mode="lines", name="r* (oracle)",
                              line={"color": "#2a9d8f", "dash": "dot", "shape": "hv"}))  # fmt: skip
-    fig.add_trace(go.Scatter(x=c["t_start_s"].to_list(), y=c["ratio"].to_list(), mode="lines",
-                             name="controller r", line={"color": "#d62828", "shape": "hv"}))  # fmt: skip
-    return _layout(fig, "Controller r per window against r* and its flat band",
+    cx, cr = steps(c["t_start_s"], c["t_end_s"], c["ratio"])
+    fig.add_trace(go.Scatter(x=cx, y=cr, mode="lines", name="controller r",
+                             line={"color": policy_colour(NAME), "shape": "hv"}))  # fmt: skip
+    return layout(fig, "Controller r per window against r* and its flat band",
                    xaxis_title="time (s)", yaxis_title="r (EMB share)", yaxis_range=[0, 1])  # fmt: skip
 
 
 def distance(run: RunData) -> go.Figure | None:
     """Distribution of |r − r*| over measured windows, all and narrow-band."""
-    sens, lab = run.table("sensitivity"), run.table("labels")
+    sens, lab = run.table(SENSITIVITY), run.table(LABELS)
     if sens.is_empty() or lab.is_empty():
         return None
     d = sens.filter(pl.col("policy") == NAME).join(lab.select("window", "flat_width"), on="window")
@@ -99,16 +137,19 @@ def distance(run: RunData) -> go.Figure | None:
     n = d.filter(pl.col("flat_width") < NARROW_BAND)
     fig.add_trace(go.Histogram(x=n["abs_dr"].to_list(), name=f"flat band < {NARROW_BAND:g}",
                                nbinsx=20, marker={"color": "#d62828"}))  # fmt: skip
-    return _layout(fig, "|r − r*| per measured window", xaxis_title="|r − r*|",
+    return layout(fig, "|r − r*| per measured window", xaxis_title="|r − r*|",
                    yaxis_title="windows", barmode="overlay", hovermode="closest")  # fmt: skip
 
 
-def controller_body(run: RunData, fig_div, table, fmts: dict[str, Any]) -> str:
+def controller_body(run: RunData, page: Page) -> str:
     """The Controller section (left out of the report when analyze ran no controller)."""
     s = controller_summary(run) or {}
-    t, num, pct, fix = fmts["text"], fmts["num"], fmts["pct"], fmts["fixed"]
+    t, num, pct, fix = f_text, f_num(), f_pct, f_fixed
     lat = s.get("decision_latency_us") or {}
+    card = s.get("card_decision_latency_us") or {}
+    guard = s.get("guard") or {}
     rows = [
+        {"k": "recommendation", "v": s.get("recommendation", "n/a")},
         {"k": "P99 (ms) / SLO attainment",
          "v": f"{fix(3)(s.get('p99_ms'))} / {pct(2)(s.get('slo_attainment'))}"},
         {"k": "regret against the oracle schedule", "v": pct(2)(s.get("regret_vs_oracle"))},
@@ -120,17 +161,24 @@ def controller_body(run: RunData, fig_div, table, fmts: dict[str, Any]) -> str:
         {"k": f"mean |r − r*|, flat band < {NARROW_BAND:g}",
          "v": f"{fix(3)(s.get('mean_abs_dr_narrow'))} over {num(s.get('narrow_band_windows'))} "
               "windows"},
-        {"k": "decision latency (µs, median / p99, shipped card)",
+        {"k": "guard: anchor r / windows fallen back / proposals overridden",
+         "v": f"{fix(2)(guard.get('anchor'))} / {pct(0)(guard.get('fallback_share'))} / "
+              f"{pct(0)(guard.get('override_share'))}"},
+        {"k": "decision latency (µs, median / p99), measured in this run",
          "v": f"{fix(1)(lat.get('median'))} / {fix(1)(lat.get('p99'))}"},
+        {"k": "decision latency (µs, median / p99), the shipped card's figure",
+         "v": f"{fix(1)(card.get('median'))} / {fix(1)(card.get('p99'))}"},
     ]  # fmt: skip
     return (
         '<p class="lead">The shipped controller (PPO base policy, residual adapter on ghost-cache '
-        "gains, burst-aware recovery) decides r at each window boundary from what a server "
-        "measures; the oracle sees the future. Where a window's flat band is wide, r* is an "
-        "arbitrary point of a plateau and |r − r*| means nothing, so the distance is also "
+        "gains, burst-aware recovery, and a guard that serves the best static ratio unless the "
+        "node's counterfactual P99 backs a move) decides r at each window boundary from what a "
+        "server measures; the oracle sees the future. Where a window's flat band is wide, r* is "
+        "an arbitrary point of a plateau and |r − r*| means nothing, so the distance is also "
         f"given over windows whose band is narrower than {NARROW_BAND:g}. The layer ablation "
-        "is measured by <code>benchmarks/bench_controller.py</code>.</p>"
+        "and the simple-rule baselines are measured by "
+        "<code>benchmarks/bench_controller.py</code>.</p>"
         + table(rows, [("k", "figure", t), ("v", "value", t)])
-        + fig_div(timeline(run))
-        + fig_div(distance(run))
+        + page.figure(timeline(run))
+        + page.figure(distance(run))
     )

@@ -9,21 +9,32 @@ when the trace records no regime spans.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import plotly.graph_objects as go
 import polars as pl
 
-from helm_plan.report.figures import _colour, _layout, _slo_line
+from helm_plan.report.colours import policy_colour
+from helm_plan.report.page import (
+    Column,
+    Page,
+    f_fixed,
+    f_num,
+    f_pct,
+    f_text,
+    layout,
+    slo_line,
+    table,
+)
 from helm_plan.report.store import RunData
+from helm_plan.report.tables import REGIMES
 
 ORDER = ("best-static", "oracle", "adaptive", "controller", "naive-adaptive", "emb-max", "kv-max")
 """Policies in the order the section lists them (the issue's four first)."""
 
 
 def _rows(run: RunData) -> pl.DataFrame:
-    df = run.table("regimes")
+    df = run.table(REGIMES)
     if df.is_empty():
         return df
     rank = {p: i for i, p in enumerate(ORDER)}
@@ -51,14 +62,14 @@ def regime_figure(run: RunData) -> go.Figure | None:
         return None
     regimes = list(dict.fromkeys(df["regime"].to_list()))
     fig = go.Figure()
-    for i, p in enumerate(dict.fromkeys(df["policy"].to_list())):
+    for p in dict.fromkeys(df["policy"].to_list()):
         d = df.filter(pl.col("policy") == p)
         p99 = dict(zip(d["regime"].to_list(), d["p99_ms"].to_list(), strict=True))
         att = dict(zip(d["regime"].to_list(), d["slo_attainment"].to_list(), strict=True))
         fig.add_trace(
             go.Bar(
                 x=regimes, y=[p99.get(r) for r in regimes], name=p,
-                marker_color=_colour(p, i),
+                marker_color=policy_colour(p),
                 customdata=[att.get(r) for r in regimes],
                 hovertemplate="%{x}: P99 %{y:.3f} ms, SLO attainment %{customdata:.2%}"
                 f"<extra>{p}</extra>",
@@ -66,32 +77,28 @@ def regime_figure(run: RunData) -> go.Figure | None:
         )  # fmt: skip
     slo = run.meta.get("slo_ms")
     if isinstance(slo, int | float) and slo > 0:
-        _slo_line(fig, float(slo), log_y=False)
-    return _layout(fig, "P99 per regime", xaxis_title="regime (trace's spans)",
+        slo_line(fig, float(slo), log_y=False)
+    return layout(fig, "P99 per regime", xaxis_title="regime (trace's spans)",
                    yaxis_title="P99 sojourn (ms)", barmode="group", hovermode="closest")  # fmt: skip
 
 
-def regimes_body(
-    run: RunData,
-    fig_div: Callable[[go.Figure | None], str],
-    table: Callable[..., str],
-    fmts: dict[str, Any],
-) -> str:
+def regimes_body(run: RunData, page: Page) -> str:
     """The per-regime table and figure ("" when the trace records no regime spans)."""
     df = _rows(run)
     if df.is_empty():
         return ""
-    t, num, pct, fix = fmts["text"], fmts["num"], fmts["pct"], fmts["fixed"]
-    cols = [("regime", "regime", t), ("policy", "policy", t), ("requests", "requests", num),
-            ("p99_ms", "P99 (ms)", fix(3)), ("slo_attainment", "SLO attainment", pct(2)),
-            ("mean_ms", "mean (ms)", fix(3))]  # fmt: skip
+    cols: list[Column] = [
+        ("regime", "regime", f_text), ("policy", "policy", f_text),
+        ("requests", "requests", f_num()), ("p99_ms", "P99 (ms)", f_fixed(3)),
+        ("slo_attainment", "SLO attainment", f_pct(2)), ("mean_ms", "mean (ms)", f_fixed(3)),
+    ]  # fmt: skip
     return (
         "<h3>By regime</h3>"
         '<p class="lead">The same runs cut by the regime span each request arrived in '
         "(the trace's recorded spans; every span of one name pooled, warm-up windows left out "
         "as above). <em>oracle</em> is the labelled schedule as the oracle ran it.</p>"
         + table(df.drop("_rank").to_dicts(), cols)
-        + fig_div(regime_figure(run))
+        + page.figure(regime_figure(run))
     )
 
 

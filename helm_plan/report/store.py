@@ -62,19 +62,27 @@ def write_store(path: str | os.PathLike[str], data: RunData) -> Path:
     )
     with io.atomic_path(path, suffix=".duckdb.tmp") as tmp:
         tmp.unlink()  # duckdb creates its own file; an empty placeholder is not a database
-        con = duckdb.connect(str(tmp))
-        try:
-            for name, df in [(META_TABLE, meta_df), *sorted(data.tables.items())]:
-                arrow = df.to_arrow()
-                con.register("_src", arrow)
-                con.execute(f'CREATE TABLE "{name}" AS SELECT * FROM _src')
-                con.unregister("_src")
-            con.execute("CHECKPOINT")
-        finally:
-            con.close()
         wal = Path(f"{tmp}.wal")
-        with contextlib.suppress(FileNotFoundError):
-            wal.unlink()
+        try:
+            con = duckdb.connect(str(tmp))
+            try:
+                for name, df in [(META_TABLE, meta_df), *sorted(data.tables.items())]:
+                    arrow = df.to_arrow()
+                    con.register("_src", arrow)
+                    con.execute(f'CREATE TABLE "{name}" AS SELECT * FROM _src')
+                    con.unregister("_src")
+                con.execute("CHECKPOINT")
+            finally:
+                con.close()
+        except duckdb.Error as e:  # e.g. a full disk: DuckDB's own I/O errors, not OSError
+            raise InputFileError(
+                f"cannot write the run store {path}: {str(e).splitlines()[0]} (nothing was "
+                "written; a previous store there is kept)",
+                hint="free space on that disk, or pass another --out",
+            ) from e
+        finally:  # the write-ahead log of a failed write is no output either
+            with contextlib.suppress(FileNotFoundError):
+                wal.unlink()
     return Path(path)
 
 
@@ -89,10 +97,7 @@ def read_store(path: str | os.PathLike[str]) -> RunData:
     try:
         con = duckdb.connect(str(p), read_only=True)
     except duckdb.Error as e:
-        raise InputFileError(
-            f"{p} is not a readable DuckDB run store: {str(e).splitlines()[0]}",
-            hint="rerun `helm-plan analyze` to rebuild the run directory",
-        ) from e
+        raise _unreadable(p, e) from e
     try:
         names = [
             r[0]
@@ -110,6 +115,8 @@ def read_store(path: str | os.PathLike[str]) -> RunData:
             for k, v in con.execute(f"SELECT key, value_json FROM {META_TABLE}").fetchall()
         }
         tables = {n: con.table(n).pl() for n in names if n != META_TABLE}
+    except duckdb.Error as e:  # a truncated or damaged file opens, then fails on its pages
+        raise _unreadable(p, e) from e
     finally:
         con.close()
     version = str(meta.get("store_schema_version"))
@@ -120,3 +127,10 @@ def read_store(path: str | os.PathLike[str]) -> RunData:
         )
     meta.pop("store_schema_version", None)
     return RunData(tables=tables, meta=meta)
+
+
+def _unreadable(p: Path, e: Exception) -> InputFileError:
+    return InputFileError(
+        f"{p} is not a readable DuckDB run store (truncated or damaged?): {str(e).splitlines()[0]}",
+        hint="rerun `helm-plan analyze` to rebuild the run directory",
+    )

@@ -14,26 +14,30 @@ from typing import Any
 
 import polars as pl
 
+from helm_plan.plan.verdict import Facts, verdicts
 from helm_plan.report.controller import controller_summary
+from helm_plan.report.page import flat_tol
 from helm_plan.report.regimes import regimes_summary
 from helm_plan.report.store import RunData
+from helm_plan.report.tables import (
+    ADAPTIVITY,
+    CAPACITY,
+    CAPACITY_FRONTIER,
+    CAPACITY_GPUS,
+    CAPACITY_HEADROOM,
+    CAPACITY_SAVINGS,
+    LABELS,
+    MAX_QPS,
+    POLICIES,
+    ROUTING,
+    STATS,
+    TIMINGS,
+    VERSIONS,
+)
 
 SUMMARY_SCHEMA = "helm-plan/summary"
 SUMMARY_SCHEMA_VERSION = "1.1"
 
-FLAT_TOLERANCE = 0.02
-"""The flatness tolerance of runs whose store predates ``meta['flat_tol']`` (the oracle's default)."""
-
-
-def flat_tol(run: RunData) -> float:
-    """The relative P99 tolerance the run's oracle used for its flat bands."""
-    return float(run.meta.get("flat_tol", FLAT_TOLERANCE))
-
-
-"""Relative P99 tolerance that defines the near-optimal (flat) band and 'hardly matters'."""
-
-OVERLOAD_ATTAINMENT = 0.99
-"""Below this SLO attainment under every policy, the node is overloaded (a P99 SLO needs 99%)."""
 
 BASELINE = "best-static"
 ADAPTIVE = "adaptive"
@@ -47,7 +51,7 @@ def _num(v: Any) -> float | None:
 
 
 def _policy_rows(run: RunData) -> list[dict[str, Any]]:
-    df = run.table("policies")
+    df = run.table(POLICIES)
     if df.is_empty():
         return []
     return [
@@ -63,7 +67,7 @@ def _policy_rows(run: RunData) -> list[dict[str, Any]]:
 
 def stats_dict(run: RunData) -> dict[str, Any]:
     """Trace statistics as a flat dict (numbers as numbers, the rest as text)."""
-    df = run.table("stats")
+    df = run.table(STATS)
     out: dict[str, Any] = {}
     for r in df.iter_rows(named=True):
         v = r["value"]
@@ -78,8 +82,8 @@ def headline(run: RunData) -> dict[str, Any]:
     """The comparison figures: best static, oracle, policies and value of adaptivity."""
     pols = {p["name"]: p for p in _policy_rows(run)}
     bs = pols.get(BASELINE, {})
-    lab = run.table("labels")
-    ad = run.table("adaptivity")
+    lab = run.table(LABELS)
+    ad = run.table(ADAPTIVITY)
     adr = ad.filter(pl.col("policy") == ADAPTIVE) if not ad.is_empty() else ad
     voa: dict[str, Any] = {
         "policy": ADAPTIVE,
@@ -122,7 +126,7 @@ def headline(run: RunData) -> dict[str, Any]:
 
 def sensitivity_summary(run: RunData) -> dict[str, Any]:
     """Flatness and the 'does the split matter' call, from the labels and policy rows."""
-    lab = run.table("labels")
+    lab = run.table(LABELS)
     pols = {p["name"]: p for p in _policy_rows(run)}
     width = _num(lab["flat_width"].median()) if not lab.is_empty() else None
     ref = pols.get(BASELINE, {}).get("p99_ms")
@@ -145,120 +149,120 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
-FITS_NOTE = "the trace's whole EMB+KV footprint"
-"""How the footprint-fits note (sim.context) begins."""
-
-
 def capacity_bullets(run: RunData) -> list[str]:
-    """The first screen: the footprint-fits note (the CLI's words) and the capacity answer."""
+    """The plan's answer (traffic, cheapest fleet, per-GPU facts, savings) and what the
+    footprint-fits shortcut saved."""
     m = run.meta
-    out = [n[0].upper() + n[1:] + "." for n in m.get("notes", []) if n.startswith(FITS_NOTE)]
+    out = list(m.get("capacity_answer", []))
     if m.get("footprint_fits") and m.get("oracle_time_saved_s") is not None:
-        out.append(f"The oracle ran its coarse grid only (no Optuna trials): about "
+        out.append(f"The oracle ran its first points only (no search steps): about "
                    f"{m['oracle_time_saved_s']:.1f} s saved on an answer known up front.")  # fmt: skip
-    return out + list(m.get("capacity_answer", []))
+    return out
+
+
+def facts(run: RunData) -> Facts:
+    """What the verdicts read, from the run store (plan.verdict)."""
+    m = run.meta
+    h = headline(run)
+    pols = {p["name"]: p for p in h["policies"]}
+    op = m.get("operating") or {}
+    bs = h["best_static"]
+    node = pols.get("fleet-static") if op else pols.get(BASELINE)
+    spread = sensitivity_summary(run)["extreme_split_penalty"]
+    ref = (pols.get(BASELINE) or {}).get("p99_ms")
+    ext = tuple((pols.get(k) or {}).get("p99_ms") for k in ("emb-max", "kv-max"))
+    extremes = tuple(x / ref - 1.0 if x is not None else None for x in ext) if ref else None
+    band = (bs["flat_lo"], bs["flat_hi"]) if bs["flat_lo"] is not None else None
+    ad = h["value_of_adaptivity"]
+    naive, adaptive = pols.get("naive-adaptive") or {}, pols.get(ADAPTIVE) or {}
+    fp, pool = m.get("footprint_bytes"), m.get("pool_bytes")
+    gpus = run.table(CAPACITY_GPUS)
+    planned_fits = (not gpus.is_empty() and op.get("nodes") == 1
+                    and bool(gpus.filter(pl.col("gpu") == m.get("gpu"))["fits"].any()))  # fmt: skip
+    return Facts(
+        slo_ms=float(m.get("slo_ms")), attainment=float(m.get("attainment", 0.99)),
+        flat_tol=flat_tol(run), gpu=m.get("gpu"),
+        nodes=op.get("nodes") if op.get("meets") else None,
+        max_nodes=m.get("capacity_max_nodes") if op else None,
+        fleet_p99_ms=op.get("fleet_p99_ms"),
+        node_p99_ms=(node or {}).get("p99_ms"), node_attainment=(node or {}).get("slo_attainment"),
+        fits=bool(fp is not None and pool is not None and fp <= pool),
+        scope="the analysed node's traffic" if op else "the trace", fits_said=planned_fits,
+        spread=spread, extremes=extremes, ratio=bs["ratio"], fleet_ratio=op.get("ratio"),
+        r_star=(h["oracle"]["ratio_min"], h["oracle"]["ratio_max"])
+        if h["oracle"]["ratio_min"] is not None else None,
+        median_band=sensitivity_summary(run)["median_flat_width"], robust_ratio=bs["robust_ratio"], band=band,
+        adapt=(ad["p99_reduction"], ad["ci_low"], ad["ci_high"], ad["confidence"])
+        if ad["p99_reduction"] is not None else None,
+        refill=(naive.get("p99_ms"), adaptive.get("p99_ms"))
+        if naive.get("p99_ms") and adaptive.get("p99_ms") else None,
+    )  # fmt: skip
+
+
+def verdict(run: RunData) -> list[str]:
+    """Plain-language findings, most important first: the plan's answer, then the verdicts on
+    the one operating point (:func:`helm_plan.plan.verdict.verdicts`, the one place they are
+    decided)."""
+    return capacity_bullets(run) + verdicts(facts(run))
 
 
 def capacity_summary(run: RunData) -> dict[str, Any] | None:
     """summary.json's ``capacity`` object (None when planning was skipped)."""
-    cap = run.table("capacity")
+    cap = run.table(CAPACITY)
     if cap.is_empty():
         return None
     m = run.meta
     return {
         "answer": list(m.get("capacity_answer", [])),
         "scaling": m.get("capacity_scaling"),
+        "gpus": planner_rows(run),
         "operating_nodes": m.get("operating_nodes"),
-        "per_node_factor": m.get("per_node_factor"),
+        "operating": m.get("operating"),
         "rows": cap.to_dicts(),
-        "savings": run.table("capacity_savings").to_dicts(),
-        "max_qps": run.table("max_qps").to_dicts(),
-        "routing": run.table("routing").to_dicts(),
+        "savings": run.table(CAPACITY_SAVINGS).to_dicts(),
+        "max_qps": run.table(MAX_QPS).to_dicts(),
+        "frontier": run.table(CAPACITY_FRONTIER).to_dicts(),
+        "headroom": run.table(CAPACITY_HEADROOM).to_dicts(),
+        "routing": run.table(ROUTING).to_dicts(),
     }
 
 
-def verdict(run: RunData) -> list[str]:
-    """Plain-language findings, most important first."""
-    h = headline(run)
-    s = sensitivity_summary(run)
-    out: list[str] = capacity_bullets(run)
-    bs, orc, voa = h["best_static"], h["oracle"], h["value_of_adaptivity"]
-    pols = {p["name"]: p for p in h["policies"]}
-    ref = bs["p99_ms"]
-    atts = [p["slo_attainment"] for p in h["policies"] if p.get("slo_attainment") is not None]
-    slo = run.meta.get("slo_ms")
-    if atts and max(atts) < OVERLOAD_ATTAINMENT:
-        out.append(
-            f"No policy meets the SLO at this load: the best serves {_pct(max(atts))} of requests "
-            f"within {slo} ms (a P99 SLO needs {OVERLOAD_ATTAINMENT:.0%}). The node is overloaded; "
-            "the answer is more capacity, not a different split."
-        )
-    ext = []
-    for name, cache in (("emb-max", "EMB"), ("kv-max", "KV")):
-        p99 = pols.get(name, {}).get("p99_ms")
-        if ref and p99 is not None:
-            ext.append(f"the whole pool to {cache} gives a P99 {_pct(p99 / ref - 1.0)} above it")
-    ext_txt = f" (against the best static split, {' and '.join(ext)})" if ext else ""
-    if s["split_matters"] is False:
-        out.append(
-            "The EMB/KV split hardly matters for this workload and profile: even giving the whole "
-            f"pool to one cache stays within {flat_tol(run):.0%} of the best static P99{ext_txt}. "
-            "Any reasonable ratio is a valid plan; spend effort elsewhere."
-        )
-    elif s["split_matters"]:
-        out.append(f"The EMB/KV split matters{ext_txt}.")
-    if bs["ratio"] is not None and bs["p99_ms"] is not None:
-        out.append(
-            f"Best static split: r = {bs['ratio']:.2f} (EMB share of the pool), P99 "
-            f"{bs['p99_ms']:.2f} ms, SLO attainment {_pct(bs['slo_attainment'])}."
-        )
-    if orc["ratio_min"] is not None:
-        moved = orc["ratio_max"] - orc["ratio_min"]
-        out.append(
-            f"The per-window optimum r* ranges over [{orc['ratio_min']:.2f}, "
-            f"{orc['ratio_max']:.2f}] (moves by {moved:.2f})"
-            + (
-                f"; in the median window any r within a band {s['median_flat_width']:.2f} wide "
-                f"is within {flat_tol(run):.0%} of the best P99."
-                if s["median_flat_width"] is not None
-                else "."
-            )
-        )
-    red, lo, hi = voa["p99_reduction"], voa["ci_low"], voa["ci_high"]
-    if red is not None:
-        ci = f"{_pct(lo)} to {_pct(hi)}" if lo is not None else "n/a"
-        conf = f"{voa['confidence']:.0%} " if voa["confidence"] else ""
-        if lo is not None and lo > 0:
-            out.append(
-                f"Adapting the split per window (throttled refill) cuts P99 by {_pct(red)} "
-                f"against the best static split ({conf}CI {ci})."
-            )
-        elif hi is not None and hi < 0:
-            out.append(
-                f"Adapting the split per window makes P99 worse by {_pct(-red)} ({conf}CI {ci}): "
-                "reallocation costs more than it gains here; keep a static split."
-            )
-        else:
-            out.append(
-                f"Adapting the split per window changes P99 by {_pct(red)}, but the {conf}CI "
-                f"({ci}) includes zero: no reliable gain over the best static split."
-            )
-    naive, ad = pols.get("naive-adaptive"), pols.get(ADAPTIVE)
-    if naive and ad and naive["p99_ms"] and ad["p99_ms"]:
-        gap = naive["p99_ms"] / ad["p99_ms"] - 1.0
-        how = "matters" if abs(gap) > flat_tol(run) else "hardly matters here"
-        out.append(
-            f"Refill mode {how}: with the oracle schedule, eager (blocking) refill gives P99 "
-            f"{naive['p99_ms']:.3f} ms, throttled background refill {ad['p99_ms']:.3f} ms."
-        )
+def planner_rows(run: RunData) -> list[dict[str, Any]]:
+    """The planner's first questions, one row per GPU kind: its cheapest fleet (nodes, policy,
+    router), USD per day and per million requests at the planned mean load, one node's maximum
+    sustainable QPS at the SLO (best static, the load curve), and the headroom (traffic growth
+    before that fleet needs one more node). ``cheapest`` marks the row the plan recommends."""
+    cap, mq, room = run.table(CAPACITY), run.table(MAX_QPS), run.table(CAPACITY_HEADROOM)
+    if cap.is_empty():
+        return []
+    out = []
+    for (gpu,) in cap.select("gpu").unique(maintain_order=True).iter_rows():
+        ok = cap.filter((pl.col("gpu") == gpu) & pl.col("nodes").is_not_null())
+        row: dict[str, Any] = {"gpu": gpu, "nodes": None, "policy": None, "router": None,
+                               "usd_per_day": None, "usd_per_million_requests": None}  # fmt: skip
+        if ok.height:
+            best = ok.sort(["nodes", "p99_ms"]).row(0, named=True)
+            row |= {k: best[k] for k in ("nodes", "policy", "router", "p99_ms", "usd_per_day",
+                                         "usd_per_million_requests")}  # fmt: skip
+        q = mq.filter((pl.col("gpu") == gpu) & (pl.col("policy") == BASELINE)) if mq.height else mq
+        row["max_qps_per_gpu"] = _num(q["max_qps"][0]) if q.height else None
+        row["max_qps_lower_bound"] = bool(q["lower_bound"][0]) if q.height else None
+        h = room.filter(pl.col("gpu") == gpu) if room.height else room
+        row["headroom"] = _num(h["growth_lo"][0]) if h.height else None
+        row["headroom_fails_at"] = _num(h["growth_hi"][0]) if h.height else None
+        out.append(row)
+    priced = [r for r in out if r["usd_per_day"] is not None]
+    cheapest = min(priced, key=lambda r: (r["usd_per_day"], r["nodes"]), default=None)
+    for r in out:
+        r["cheapest"] = r is cheapest
     return out
 
 
 def build_summary(run: RunData) -> dict[str, Any]:
     """The summary.json object (key order is part of the schema)."""
     m = run.meta
-    timings = run.table("timings")
-    versions = run.table("versions")
+    timings = run.table(TIMINGS)
+    versions = run.table(VERSIONS)
     out: dict[str, Any] = {
         "schema": SUMMARY_SCHEMA,
         "schema_version": SUMMARY_SCHEMA_VERSION,

@@ -13,7 +13,7 @@ controller and the cluster sit above this package.
 
 from __future__ import annotations
 
-from helm_plan.sim.config import DEFAULT_SLO_MS, DEFAULT_WINDOW_S, NodeConfig
+from helm_plan.sim.config import DEFAULT_WINDOW_S, NodeConfig
 from helm_plan.sim.context import NodeContext, load_context, prepare_context
 from helm_plan.sim.node import NodeResult, collect, simulate_node
 from helm_plan.sim.policy import Observation, Policy, SchedulePolicy, StaticPolicy, fill_forward
@@ -30,7 +30,6 @@ from helm_plan.sim.span import SpanEval, evaluate_span, replay_span
 from helm_plan.sim.step import NodeRunner, WindowResult
 
 __all__ = [
-    "DEFAULT_SLO_MS",
     "DEFAULT_WINDOW_S",
     "REFILL_MODES",
     "NodeConfig",

@@ -14,7 +14,7 @@ from helm_plan.cache.core import Workload
 from helm_plan.cache.footprint import final_context, footprint
 from helm_plan.errors import ConfigError
 from helm_plan.latency.model import LatencyModel, build_latency_model, resolve_latency
-from helm_plan.pool import resolve_pool
+from helm_plan.pool import Pool, resolve_pool
 from helm_plan.profiles import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
@@ -81,10 +81,13 @@ def prepare_context(
     pool_bytes: int | None = None,
     pool_fraction: float | None = None,
     latency_profile: LatencyProfile | None = None,
+    pool: Pool | None = None,
 ) -> NodeContext:
     """Bundle arrays and profiles; size the pool (HBM default, bytes, or footprint share).
 
-    A :class:`Workload` must be ``model``'s (its keys are reused).
+    A :class:`Workload` must be ``model``'s (its keys are reused). ``pool``, a pool already
+    resolved for ``gpu`` (e.g. from the input trace's footprint for a scaled copy of it:
+    :mod:`helm_plan.pool`), replaces ``pool_bytes`` and ``pool_fraction``.
     """
     wl = arrays if isinstance(arrays, Workload) else Workload.of(arrays, model)
     if (wl.max_seq_len, wl.kv_slide_chunk, wl.keys.table_bytes.tolist()) != (
@@ -96,9 +99,9 @@ def prepare_context(
         )
     arrays = wl.arrays
     fp = footprint(wl, model).total_bytes
-    pool = resolve_pool(
-        gpu, model, pool_bytes_override=pool_bytes, pool_fraction=pool_fraction, footprint_bytes=fp
-    )
+    if pool is None:
+        pool = resolve_pool(gpu, model, pool_bytes_override=pool_bytes,
+                            pool_fraction=pool_fraction, footprint_bytes=fp)  # fmt: skip
     notes: list[str] = []
     if pool.pool_bytes >= fp:
         notes.append(

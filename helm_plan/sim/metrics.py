@@ -45,6 +45,8 @@ def latency_figures(sojourn_s: np.ndarray, slo_ms: float) -> LatencyFigures:
     """P50, P99 (ms) and SLO attainment of ``sojourn_s``; NaN for an empty set."""
     if len(sojourn_s) == 0:
         return LatencyFigures(NAN, NAN, NAN, NAN)
+    if slo_ms is None:  # no silent default: every caller resolves the model's SLO first
+        raise ValueError("slo_ms is None: resolve it with NodeConfig.for_context(ctx)")
     return LatencyFigures(
         p50_ms=float(np.percentile(sojourn_s, 50) * 1e3),
         p99_ms=float(np.percentile(sojourn_s, 99) * 1e3),

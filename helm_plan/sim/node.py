@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -72,6 +73,9 @@ class NodeResult:
     """First window counted in the overall figures."""
     term_s: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     """Service time by term summed per window, seconds (helm_plan.latency.model.TERMS)."""
+    policy_stats: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """What the policy measured about itself in this run (:meth:`Policy.stats`: e.g. the
+    controller's decision latencies); empty for policies that measure nothing."""
 
     @property
     def window_idx(self) -> np.ndarray:
@@ -100,6 +104,7 @@ def simulate_node(ctx: NodeContext, policy: Policy | np.ndarray, cfg: NodeConfig
     kv_reuse_rate, h2d_bytes, prefetch_bytes, blocked_ms, measured (False for
     warm-up windows).
     """
+    cfg = cfg.for_context(ctx)
     n_w = ctx.n_windows(cfg.window_s)
     if not isinstance(policy, Policy):
         r = np.asarray(policy, np.float64).reshape(-1)
@@ -123,7 +128,10 @@ def simulate_node(ctx: NodeContext, policy: Policy | np.ndarray, cfg: NodeConfig
         prev = {k: float(v[w - 1]) for k, v in feats.items()} if w else {}
         last = runner.step(policy.decide(Observation(w, runner.ratio, last, prev)))
         results.append(last)
-    return collect(results, cfg)
+    out = collect(results, cfg)
+    # a policy registered on the protocol without subclassing it may lack stats()
+    stats = policy.stats() if hasattr(policy, "stats") else {}
+    return dataclasses.replace(out, policy_stats=stats) if stats else out
 
 
 def collect(results: list[WindowResult], cfg: NodeConfig) -> NodeResult:

@@ -19,6 +19,7 @@ import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +40,10 @@ class Observation:
     """The previous window as the node measured it (None before window 0)."""
     features: dict[str, float] = field(default_factory=dict)
     """Arrival-side features of the previous window (see helm_plan.sim.metrics.window_features)."""
+    served: np.ndarray | None = None
+    """Trace indices (ascending) of the requests of ``last`` when they are not the contiguous
+    span ``last.first ..`` (a cluster node serves some of each window's requests); None
+    otherwise."""
 
 
 class Policy(ABC):
@@ -61,6 +66,11 @@ class Policy(ABC):
         """Whether the policy may raise ``r`` at a boundary after window 0 (a closed loop
         may: True unless a policy knows better)."""
         return True
+
+    def stats(self) -> dict[str, Any]:
+        """What the policy measured about itself since ``reset()`` (JSON-able; e.g. the
+        controller's decision latencies, measured in this run); empty by default."""
+        return {}
 
 
 @dataclass(frozen=True)

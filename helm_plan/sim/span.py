@@ -78,7 +78,7 @@ def evaluate_span(
     Requests ``[warm_start, start)`` warm the caches and the queue but are not measured.
     """
     r, soj = replay_span(ctx, ratio, warm_start, start, stop, cfg)
-    return span_eval(ratio, r, soj, start - warm_start, cfg.slo_ms)
+    return span_eval(ratio, r, soj, start - warm_start, cfg.for_context(ctx).slo_ms)
 
 
 def span_eval(

@@ -131,7 +131,7 @@ class NodeRunner:
     def __init__(self, ctx: NodeContext, cfg: NodeConfig) -> None:
         core.require_tokens(ctx.workload)  # the cluster kernel reads the tokens directly
         self.ctx = ctx
-        self.cfg = cfg
+        self.cfg = cfg.for_context(ctx)
         self.mode = get_refill(cfg.refill)
         self.edges = ctx.edges(cfg.window_s)
         self.n_windows = len(self.edges) - 1

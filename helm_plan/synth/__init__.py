@@ -17,7 +17,15 @@ from __future__ import annotations
 
 from helm_plan.synth.config import MAX_ITEMS, ROW_GROUP_ROWS, ROW_GROUP_TOKENS, SynthConfig
 from helm_plan.synth.core import Plan, iter_chunks, plan, synthesize, zipf_ranks
-from helm_plan.synth.like import LikeFit, SynthResult, fit, like_config, provenance, write
+from helm_plan.synth.like import (
+    LIKE_SCALE,
+    LikeFit,
+    SynthResult,
+    fit,
+    like_config,
+    provenance,
+    write,
+)
 from helm_plan.synth.scenarios import (
     SCENARIOS,
     DetectabilityConfig,
@@ -32,6 +40,7 @@ from helm_plan.synth.scenarios import (
 )
 
 __all__ = [
+    "LIKE_SCALE",
     "MAX_ITEMS",
     "ROW_GROUP_ROWS",
     "ROW_GROUP_TOKENS",

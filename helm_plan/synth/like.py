@@ -233,8 +233,12 @@ def fit(path: str | os.PathLike[str], *, progress: Progress | None = None) -> Li
     )
 
 
+LIKE_SCALE = 10.0
+"""Default factor ``like_config`` (and ``synth --like``) scales users, QPS and the catalog by."""
+
+
 def like_config(
-    f: LikeFit, *, scale: float = 10.0, shifts: Sequence[MixShift] = (), **overrides: Any
+    f: LikeFit, *, scale: float = LIKE_SCALE, shifts: Sequence[MixShift] = (), **overrides: Any
 ) -> SynthConfig:
     """A SynthConfig reproducing ``f`` with users, QPS and the catalog scaled by ``scale``.
 

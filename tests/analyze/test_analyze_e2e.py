@@ -15,10 +15,18 @@ from helm_plan import trace
 from helm_plan.analyze import build_config, run_analyze
 from helm_plan.oracle import OracleConfig, best_static, label_windows, read_labels
 from helm_plan.policies import PolicyEnv, parse_policy
+from helm_plan.report import tables as report_tables
 from helm_plan.sim import NodeConfig, fill_forward, load_context, simulate_node
 
 PLAN = {
-    "analyze": {"window_s": 5.0, "pool_fraction": 0.3, "n_boot": 50, "slo_ms": 0.5, "seed": 3},
+    "analyze": {
+        "window_s": 5.0,
+        "pool_fraction": 0.3,
+        "n_boot": 50,
+        "slo_ms": 0.5,
+        "seed": 3,
+        "gpus": ["a100-80g"],
+    },
     "oracle": {"trials": 2, "coarse_step": 0.25},
     "curves": {"n_points": 11},
 }
@@ -41,12 +49,14 @@ def test_summary_matches_separate_simulations(run):
     # independent: load the trace like `helm-plan simulate`, run each policy on its own
     ctx = load_context(tp, gpu="a100-80g", model="gr-small", pool_fraction=0.3, seed=3)
     ncfg = NodeConfig(slo_ms=0.5, window_s=5.0)
-    # analyze labels from the carried state by default (helm_plan.analyze.ORACLE_DEFAULTS)
+    # analyze labels from the carried state by default (helm_plan.analyze.ORACLE_DEFAULTS),
+    # without the coarse grid (its cheaper search), and so searches best static
     ocfg = OracleConfig(trials=2, coarse_step=0.25, seed=3, warmup="carry")
-    labels = label_windows(ctx, ncfg, ocfg)
+    labels = label_windows(ctx, ncfg, ocfg, grid=False)
     on_disk = read_labels(res.labels_path)
     np.testing.assert_array_equal(on_disk.r_star, labels.r_star)
-    bs = best_static(ctx, ncfg, ocfg)
+    assert on_disk.table.equals(labels.table) and on_disk.coarse_grid == ()
+    bs = best_static(ctx, ncfg, ocfg, grid=False)
     sched = fill_forward(read_labels(res.labels_path).r_star)
     n_w = ctx.n_windows(5.0)
     expect = {
@@ -57,9 +67,12 @@ def test_summary_matches_separate_simulations(run):
         "adaptive": (sched, "throttled"),
     }
     got = {p["name"]: p for p in s["policies"]}
-    assert list(got) == [*expect, "controller"]
-    # the shipped controller, run by itself from the policy catalogue on the same node
-    ctl = parse_policy("controller").build(ctx, ncfg, PolicyEnv(oracle=ocfg))
+    assert list(got) == [*expect, "controller", "fleet-static"]
+    # the plan's fleet split on the analysed node (here one node: the trace itself)
+    expect["fleet-static"] = (np.full(n_w, s["capacity"]["operating"]["ratio"]), "throttled")
+    # the shipped controller, run by itself from the policy catalogue on the same node, its
+    # guard anchored at the same best static
+    ctl = parse_policy("controller").build(ctx, ncfg, PolicyEnv(oracle=ocfg, best_static=bs))
     r = simulate_node(ctx, ctl.policy, dataclasses.replace(ncfg, refill=ctl.refill or ncfg.refill))
     assert got["controller"]["p99_ms"] == pytest.approx(r.p99_ms, rel=1e-12)
     c = s["controller"]
@@ -87,7 +100,9 @@ def test_summary_matches_separate_simulations(run):
     assert s["seed"] == 3 and s["trace_sha256"] == trace.sha256(tp)
     assert set(s["timings_s"]) == {"inspect", "curves", "capacity", "oracle", "policies", "report"}
     # at its own load one node serves this trace, so the analysed node is the trace itself
-    assert s["capacity"]["operating_nodes"] == 1 and s["capacity"]["per_node_factor"] == 1.0
+    op = s["capacity"]["operating"]
+    assert s["capacity"]["operating_nodes"] == 1 and op["share"] == 1.0
+    assert op["requests"] == ctx.arrays.n_requests
     assert {"python", "numpy", "numba", "polars", "duckdb", "optuna", "torch", "plotly"} <= set(
         s["versions"]
     )
@@ -111,9 +126,11 @@ def test_outputs_and_store_tables(run):
     want = {"stats", "curves", "curve_knees", "labels", "labels_grid", "policy_windows",
             "policies", "latency_coef", "latency_terms", "sensitivity", "adaptivity", "config",
             "versions", "timings", "run_meta", "workload_arrivals", "capacity",
-            "capacity_savings", "load_curve", "max_qps", "routing"}  # fmt: skip
-    assert want <= tables
-    assert n_pw == 6 * len(read_labels(res.labels_path).r_star)
+            "capacity_savings", "load_curve", "max_qps", "routing", "capacity_frontier",
+            "capacity_headroom"}  # fmt: skip
+    assert want <= tables and not any(t.startswith("_") for t in tables)
+    assert tables - {"run_meta"} <= set(report_tables.ALL)  # every stored table has its name
+    assert n_pw == 7 * len(read_labels(res.labels_path).r_star)
 
 
 def test_rerun_reuses_every_stage_and_report_rebuilds_identically(run):

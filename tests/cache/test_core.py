@@ -204,21 +204,52 @@ def test_split_replay_equals_whole_and_copy_is_independent(with_candidates):
     assert snap.key_bytes is part.key_bytes  # shared, never copied
 
 
-def test_emb_log_positions_point_at_their_own_entries_after_compactions():
-    """``emb_last[k]`` is the log position of k's latest access: inside [head, tail), holding k,
-    and k appears nowhere later in the log (checked after a replay long enough to compact)."""
+def _check_emb_order_invariants(st: core.CacheState) -> None:
+    """Every resident key is a current snapshot entry or listed once as touched since."""
+    qh, qt, qe, tl = (int(st.emb_meta[x]) for x in (K.QH, K.QT, K.QE, K.TL))
+    touched = st.emb_qi[qe : qe + tl]
+    assert len(set(touched.tolist())) == tl  # each touched key listed once
+    resident = np.flatnonzero(st.emb_last >= 0)
+    stamps = st.emb_last[resident]
+    assert len(set(stamps.tolist())) == len(resident) and (stamps < qt).all()
+    for k, p in zip(resident, stamps, strict=True):
+        if p < qe:  # untouched since the snapshot: its own current entry, not yet popped
+            assert qh <= p and st.emb_qi[p] == k
+        else:
+            assert k in touched
+
+
+def test_emb_stamps_snapshot_and_touched_list_stay_consistent():
+    """After a replay that evicts through many snapshots, and one that never evicts."""
     m = model(MULTI, chunk=4)
     a = A.from_table(small_table(900, n_users=30, n_items=200))
     wl = core.Workload.of(a, m)
-    st = core.CacheState.empty(wl.keys.key_bytes, a.n_users, 500, 150)
-    core.replay(wl, st)
-    assert st.emb_meta[4] > len(st.emb_qi)  # more appends than log slots: it compacted
-    head, tail = int(st.emb_meta[K.QH]), int(st.emb_meta[K.QT])
-    log = st.emb_qi[:tail]
-    for k in np.flatnonzero(st.emb_last >= 0):
-        p = int(st.emb_last[k])
-        assert head <= p < tail and log[p] == k and k not in log[p + 1 :]
-    assert st.emb_last.dtype == np.int32
+    for emb_bytes in (500, 10**9):
+        st = core.CacheState.empty(wl.keys.key_bytes, a.n_users, emb_bytes, 150)
+        core.replay(wl, st)
+        assert st.emb_meta[K.CLK] > len(st.emb_qi)  # more accesses than order slots
+        _check_emb_order_invariants(st)
+        assert st.emb_last.dtype == np.int32
+    assert st.emb_meta[K.QE] == 0  # never evicted: no snapshot was ever taken
+
+
+def test_stamps_renumbered_before_int32_give_the_same_replay():
+    """A replay whose stamps are about to leave int32 renumbers them: same outcomes, same LRU."""
+    m = model(MULTI, chunk=4)
+    a = A.from_table(small_table(600, n_users=30, n_items=200))
+    wl = core.Workload.of(a, m)
+    st = core.CacheState.empty(wl.keys.key_bytes, a.n_users, 400, 150)
+    core.replay(wl, st, 0, 300)
+    far = st.copy()
+    qe = int(far.emb_meta[K.QE])
+    shift = K.STAMP_LIMIT + 1 - int(far.emb_meta[K.QT])
+    far.emb_last[far.emb_last >= qe] += shift  # the same order, stamps near the limit
+    far.emb_meta[K.QT] += shift
+    want, got = core.replay(wl, st, 300, 600), core.replay(wl, far, 300, 600)
+    np.testing.assert_array_equal(_outcomes(got), _outcomes(want))
+    assert far.emb_meta[K.QT] < 2**20  # it did renumber
+    np.testing.assert_array_equal(far.emb_lru_order(), st.emb_lru_order())
+    _check_emb_order_invariants(far)
 
 
 def test_a_log_past_int32_positions_is_refused():

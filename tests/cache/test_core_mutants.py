@@ -81,7 +81,7 @@ def test_empty_state_fields_and_dtypes():
     assert st.emb_last.dtype == np.int32 and st.emb_last.tolist() == [-1, -1, -1]
     assert st.emb_qi.dtype == np.int32 and len(st.emb_qi) == 2 * 3 + 1024
     assert not st.emb_qi.any()
-    assert st.emb_meta.dtype == np.int64 and st.emb_meta.tolist() == [0, 0, 0, 10, 0]
+    assert st.emb_meta.dtype == np.int64 and st.emb_meta.tolist() == [0, 0, 0, 10, 0, 0, 0]
     for arr in (st.kv_prev, st.kv_next):
         assert arr.dtype == np.int32 and arr.tolist() == [-1] * 4
     assert st.kv_len.dtype == np.int64 and st.kv_len.tolist() == [-1] * 4

@@ -49,9 +49,12 @@ def test_flags_override_plan_which_overrides_defaults():
             "node": {"throttle_share": 0.5}}  # fmt: skip
     cfg = build_config(plan, {"slo_ms": 30.0, "gpu": None})
     assert cfg.slo_ms == 30.0 and cfg.window_s == 4.0 and cfg.gpu == "a100-80g"
-    # shared settings propagate into the stage configs
-    assert cfg.node.slo_ms == 30.0 and cfg.node.window_s == 4.0 and cfg.curves.window_s == 4.0
-    assert cfg.oracle.seed == 5 and cfg.oracle.trials == 7 and cfg.node.throttle_share == 0.5
+    # the shared settings reach the stage configs through the config's own methods (the raw
+    # sections are never patched)
+    node = cfg.node_config(30.0)
+    assert node.slo_ms == 30.0 and node.window_s == 4.0 and cfg.curves_config().window_s == 4.0
+    assert cfg.oracle_config().seed == 5 and cfg.oracle.trials == 7
+    assert node.throttle_share == 0.5 and cfg.node.slo_ms is None
     with pytest.raises(ConfigError, match=r"\[node\] slo_ms is set in \[analyze\]"):
         build_config({"node": {"slo_ms": 1.0}})
     with pytest.raises(ConfigError, match="slo_ms must be positive"):

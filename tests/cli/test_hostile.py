@@ -8,76 +8,18 @@ workspace byte-identical afterwards (inputs unchanged).
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import json
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from conftest import small_table
+from file_options import commands, file_options
 from helm_plan_cli.main import app
+from hostile_ws import snapshot
 from typer.testing import CliRunner
 
 from helm_plan import trace
-from helm_plan.report import STORE_NAME
-
-UDATA = "".join(f"{k % 9}\t{k % 31}\t3\t{881250949 + 4000 * k}\n" for k in range(60))
-LOG_CSV = "user,item,ts\n1,2,3\n1,3,4\n2,3,5\n"
-
-
-def _raw(path: Path, **cols) -> None:
-    """A parquet file with the canonical columns, some of them broken (not validated)."""
-    base = {"ts_s": [0.0, 0.5, 1.0], "user_id": [0, 1, 2], "new_items": [[1], [2], [3]],
-            "n_candidates": [2, 2, 2], "candidates": [[1, 2], [3, 1], [2, 3]]}  # fmt: skip
-    base.update(cols)
-    types = {"ts_s": pa.float64(), "user_id": pa.int64(), "new_items": pa.list_(pa.int64()),
-             "n_candidates": pa.int32(), "candidates": pa.list_(pa.int64())}  # fmt: skip
-    cols = {k: pa.array(v, types[k]) for k, v in base.items() if v is not None}
-    pq.write_table(pa.table(cols), path)
-
-
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every input a case may name, in one folder that is also the working directory."""
-    monkeypatch.chdir(tmp_path)
-    trace.write(small_table(300), tmp_path / "t.parquet", {"source": "tests"})
-    t = small_table(2)
-    gap = t.set_column(0, "ts_s", pa.array([0.0, 1e9]))
-    trace.write(gap, tmp_path / "gap.parquet", {"source": "tests"})
-    _raw(tmp_path / "null_user.parquet", user_id=[0, None, 2])
-    _raw(tmp_path / "neg_item.parquet", new_items=[[1], [2, -5], [3]])
-    _raw(tmp_path / "cand_len.parquet", candidates=[[1, 2], [3], [2, 3]])
-    _raw(tmp_path / "neg_ts.parquet", ts_s=[-1.0, 0.5, 1.0])
-    _raw(tmp_path / "huge_cands.parquet", n_candidates=[2, 2**31 - 1, 2],
-         candidates=None)  # fmt: skip
-    (tmp_path / "log.csv").write_text(LOG_CSV)
-    (tmp_path / "log.csv.gz").write_bytes(gzip.compress(LOG_CSV.encode()))
-    (tmp_path / "u.data").write_text(UDATA)
-    (tmp_path / "arr.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
-    (tmp_path / "junk.csv").write_bytes(bytes(range(256)) * 8)
-    (tmp_path / "plain.txt").write_text("not a folder\n")
-    (tmp_path / "bad_plan.toml").write_text("[analyze]\nslo_ms = 'fast'\n")
-    (tmp_path / "typo_plan.toml").write_text("[analyse]\nslo_ms = 5.0\n")
-    (tmp_path / "bad_atlas.toml").write_text('[atlas]\npanels = [["pool", "utilisation"]]\n')
-    (tmp_path / "atlas.html").write_text("[atlas]\nrequests = 1000\n")  # a config named as a page
-    (tmp_path / "d").mkdir()
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / STORE_NAME).write_bytes(b"DUCK" + bytes(200))  # a truncated store
-    # a trace that sits where `analyze -o labels_dir` would write labels.parquet
-    (tmp_path / "labels_dir").mkdir()
-    trace.write(small_table(50), tmp_path / "labels_dir" / "labels.parquet", {"source": "tests"})
-    return tmp_path
-
-
-def _snapshot(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else ""
-        for p in sorted(root.rglob("*"))
-    }
-
 
 CASES: list[tuple[str, list[str], str]] = [
     # ingest
@@ -267,14 +209,93 @@ CASES: list[tuple[str, list[str], str]] = [
     ("train-bad-labels", ["train", "junk.npz", "-o", "c.npz"], "not found"),
     ("validate-missing-controller", ["validate", "none.npz", "t.parquet"], "not found"),
     ("validate-not-a-controller", ["validate", "t.parquet", "t.parquet"], "as a controller"),
-]
+    # every file option of every command (issue 36): broken profiles, controllers, label
+    # files, arrival logs, plan files; degenerate traces; bounds with their reason
+    ("ingest-arrivals-missing",
+     ["ingest", "movielens", "u.data", "--arrivals", "none.csv", "--qps", "5", "-o", "o.parquet"],
+     "not found"),
+    ("synth-like-not-a-trace", ["synth", "--like", "junk.toml", "-o", "s.parquet"],
+     "cannot read junk.toml as parquet"),
+    ("inspect-model-bad", ["inspect", "t.parquet", "--model", "bad.toml"], "missing key"),
+    ("profile-model-not-toml", ["profile", "t.parquet", "-o", "c.parquet", "--model", "junk.toml"],
+     "not valid TOML"),
+    ("calibrate-model-missing", ["calibrate", "--quick", "--model", "none.toml", "-o", "l.toml"],
+     "not found"),
+    ("fit-gpu-bad", ["fit", "t.parquet", "--gpu", "bad.toml"], "hbm_bytes must be an integer"),
+    ("fit-model-not-toml", ["fit", "t.parquet", "--model", "junk.toml"], "not valid TOML"),
+    ("fit-latency-not-toml", ["fit", "t.parquet", "--latency", "junk.toml"], "not valid TOML"),
+    ("simulate-gpu-bad", ["simulate", "t.parquet", "--gpu", "bad.toml"], "hbm_bytes"),
+    ("simulate-latency-not-toml", ["simulate", "t.parquet", "--latency", "junk.toml"],
+     "not valid TOML"),
+    ("simulate-nan-controller", ["simulate", "t.parquet", "--policy", "controller:nan.npz"],
+     "W0 holds"),
+    ("simulate-truncated-controller", ["simulate", "t.parquet", "--policy", "controller:cut.npz"],
+     "cannot read cut.npz as a controller"),
+    ("simulate-labels-out-of-range",
+     ["simulate", "t.parquet", "--policy", "schedule:bad_labels.parquet"], "outside [0, 1]"),
+    ("simulate-slots-bound", ["simulate", "t.parquet", "--slots", "49"], "48 MPS clients"),
+    ("cluster-gpu-bad", ["cluster", "t.parquet", "--gpu", "bad.toml"], "hbm_bytes"),
+    ("cluster-model-bad", ["cluster", "t.parquet", "--model", "bad.toml"], "missing key"),
+    ("cluster-latency-not-toml", ["cluster", "t.parquet", "--latency", "junk.toml"],
+     "not valid TOML"),
+    ("cluster-card-not-json", ["cluster", "t.parquet", "--policy", "controller:card.npz"],
+     "card is not JSON"),
+    ("cluster-grid-nan-controller",
+     ["cluster", "t.parquet", "--policies", "kv-max,controller:nan.npz"], "W0 holds"),
+    ("cluster-nodes-bound", ["cluster", "t.parquet", "--nodes", "4097"], "simulated in memory"),
+    ("cluster-slots-bound", ["cluster", "t.parquet", "--slots", "49"], "48 MPS clients"),
+    ("plan-over-model", ["plan", "t.parquet", "--model", "bad.toml", "-o", "bad.toml"],
+     "is the input file"),
+    ("plan-gpus-bad", ["plan", "t.parquet", "--gpus", "bad.toml"], "hbm_bytes"),
+    ("plan-model-bad", ["plan", "t.parquet", "--model", "bad.toml"], "missing key"),
+    ("plan-latency-not-toml", ["plan", "t.parquet", "--gpus", "a100-80g", "--latency",
+                               "junk.toml"], "not valid TOML"),
+    ("plan-nan-controller", ["plan", "t.parquet", "--policies", "controller:nan.npz"],
+     "W0 holds"),
+    ("plan-max-nodes-bound", ["plan", "t.parquet", "--max-nodes", "4097"], "simulated in memory"),
+    ("plan-zero-attainment", ["plan", "t.parquet", "--attainment", "0"], "(0, 1]"),
+    ("plan-attainment-above-1", ["plan", "t.parquet", "--attainment", "1.5"], "(0, 1]"),
+    ("plan-one-request", ["plan", "one.parquet"], "arrive at one instant"),
+    ("plan-zero-span", ["plan", "zero.parquet"], "arrive at one instant"),
+    ("oracle-gpu-bad", ["oracle", "t.parquet", "-o", "l.parquet", "--gpu", "bad.toml"], "hbm_bytes"),
+    ("oracle-model-bad", ["oracle", "t.parquet", "-o", "l.parquet", "--model", "bad.toml"],
+     "missing key"),
+    ("oracle-latency-not-toml",
+     ["oracle", "t.parquet", "-o", "l.parquet", "--latency", "junk.toml"], "not valid TOML"),
+    ("oracle-slots-bound", ["oracle", "t.parquet", "-o", "l.parquet", "--slots", "49"],
+     "48 MPS clients"),
+    ("train-truncated-labels", ["train", "cut_labels.npz", "-o", "c.npz"],
+     "cannot read cut_labels.npz as a label set"),
+    ("train-labels-over-input", ["train", "t.parquet", "-o", "c.npz", "--save-labels", "t.parquet"],
+     "is the input file"),
+    ("train-labels-over-controller",
+     ["train", "t.parquet", "-o", "c.npz", "--save-labels", "c.npz"], "are the same file"),
+    ("train-labels-into-a-folder", ["train", "t.parquet", "-o", "c.npz", "--save-labels", "d"],
+     "is a folder"),
+    ("validate-truncated-controller", ["validate", "cut.npz", "t.parquet"],
+     "cannot read cut.npz as a controller"),
+    ("validate-nan-controller", ["validate", "nan.npz", "t.parquet"], "W0 holds"),
+    ("validate-card-not-json", ["validate", "card.npz", "t.parquet"], "card is not JSON"),
+    ("analyze-gpu-bad", ["analyze", "t.parquet", "--gpu", "bad.toml"], "hbm_bytes"),
+    ("analyze-model-bad", ["analyze", "t.parquet", "--model", "bad.toml"], "missing key"),
+    ("analyze-latency-not-toml", ["analyze", "t.parquet", "--latency", "junk.toml"],
+     "not valid TOML"),
+    ("analyze-one-request", ["analyze", "one.parquet"], "arrive at one instant"),
+    ("analyze-zero-span", ["analyze", "zero.parquet"], "arrive at one instant"),
+    ("analyze-zero-attainment", ["analyze", "t.parquet", "--config", "zero_plan.toml"], "(0, 1]"),
+    ("analyze-max-nodes-bound", ["analyze", "t.parquet", "--config", "huge_plan.toml"],
+     "simulated in memory"),
+    ("analyze-run-dir-is-a-file", ["analyze", "t.parquet", "-o", "plain.txt"], "is a file"),
+    ("report-real-truncated-store", ["report", "trunc"], "truncated or damaged"),
+    ("datasets-a-file", ["datasets", "plain.txt"], "is a file, not a folder"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("args", "needle"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_hostile_input_is_one_line_exit_2_and_loses_nothing(
     ws: Path, args: list[str], needle: str
 ) -> None:
-    before = _snapshot(ws)
+    before = snapshot(ws)
     r = CliRunner().invoke(app, args)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.exit_code == 2, (r.exit_code, r.stderr, r.stdout)
@@ -283,14 +304,22 @@ def test_hostile_input_is_one_line_exit_2_and_loses_nothing(
     assert line.startswith("error: ") and "; " in line, line
     assert needle in line, line
     assert "Traceback" not in r.stderr + r.stdout
-    assert _snapshot(ws) == before  # no partial output, inputs byte-identical
+    assert snapshot(ws) == before  # no partial output, inputs byte-identical
 
 
 def test_every_command_has_a_hostile_case() -> None:
     from helm_plan_cli.commands import COMMAND_MODULES
 
-    commands = {m.__name__.rsplit(".", 1)[-1].removesuffix("_cmd") for m in COMMAND_MODULES}
-    assert commands == {c[1][0] for c in CASES}
+    names = {m.__name__.rsplit(".", 1)[-1].removesuffix("_cmd") for m in COMMAND_MODULES}
+    assert names == {c[1][0] for c in CASES}
+
+
+def test_every_file_option_of_every_command_has_a_hostile_case() -> None:
+    for name in commands():
+        args = [a for _, argv, _ in CASES if argv[0] == name for a in argv]
+        options = {o for o in file_options(name) if o.startswith("-")}
+        missing = sorted(o for o in options if o not in args)
+        assert not missing, f"{name}: no hostile case gives {missing}"
 
 
 def test_the_epoch_trace_is_read_rebased_with_one_note(ws: Path) -> None:

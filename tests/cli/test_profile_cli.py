@@ -17,11 +17,11 @@ from helm_plan.sim import load_context
 runner = CliRunner()
 
 
-def test_profile_writes_curves_and_warns_when_footprint_fits(small_trace, tmp_path):
+def test_profile_writes_curves_and_notes_when_footprint_fits(small_trace, tmp_path):
     out = tmp_path / "curves.parquet"
     r = runner.invoke(app, ["profile", str(small_trace), "-o", str(out), "-q"])
     assert r.exit_code == 0, r.output
-    warn = [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
+    warn = [ln for ln in r.stderr.splitlines() if ln.startswith("note:")]
     assert len(warn) == 1 and "fits" in warn[0]
     df = C.read_table(out)
     assert set(df["kind"].unique()) == set(C.KINDS)

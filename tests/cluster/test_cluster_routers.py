@@ -161,3 +161,31 @@ def test_unknown_router_and_bad_node_count():
         get_router("fastest")
     with pytest.raises(ConfigError, match="nodes must be a positive integer"):
         ClusterConfig(nodes=0)
+
+
+def test_jsq_breaks_ties_by_fewer_requests_then_from_the_request_index_on():
+    n = 4
+    load = np.zeros((n, R.N_LOAD), np.int64)
+    # every node equal: request i goes to node i mod N (an even spread, not always node 0)
+    assert [R.least_work(load, n, i) for i in range(9)] == [i % n for i in range(9)]
+    # nodes 1 and 3 share the lowest backlog estimate; node 3 has fewer requests in flight
+    load[:, R.EST] = [9, 5, 7, 5]
+    load[:, R.CNT] = [0, 2, 0, 1]
+    assert {R.least_work(load, n, i) for i in range(8)} == {3}
+    # equal estimate and count: the first of them at or after i mod N, wrapping round
+    load[3, R.CNT] = 2
+    assert [R.least_work(load, n, i) for i in range(6)] == [1, 1, 3, 3, 1, 1]
+    # a lower estimate wins whatever the counts
+    load[:, R.EST] = [4, 5, 7, 5]
+    load[:, R.CNT] = [9, 0, 0, 0]
+    assert {R.least_work(load, n, i) for i in range(8)} == {0}
+
+
+def test_jsq_spreads_requests_that_always_find_the_fleet_idle():
+    # requests seconds apart on a 3-node fleet: every arrival sees three idle nodes (a tie),
+    # so JSQ sends request k to node k mod 3
+    table = small_table(30, rate_qps=0.5, seed=2)
+    ctx = context(table, small_model(), 400_000)
+    res = simulate_cluster(ctx, 0.5, ClusterConfig(nodes=3, router="jsq",
+                                                   node=NodeConfig(window_s=30.0)))  # fmt: skip
+    np.testing.assert_array_equal(res.node, np.arange(30) % 3)

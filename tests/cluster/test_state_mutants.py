@@ -40,7 +40,7 @@ FIELDS = {
     # name: (shape, dtype, cold value)
     "e_last": ((3, 4), np.int32, -1),
     "e_qi": ((3, 2 * 2 + 1024), np.int32, 0),
-    "e_meta": ((3, 5), np.int64, 0),
+    "e_meta": ((3, 7), np.int64, 0),
     "k_prev": ((5, 3), np.int32, -1),
     "k_next": ((5, 3), np.int32, -1),
     "k_len": ((5, 3), np.int64, -1),
@@ -109,8 +109,7 @@ def test_load_from_copies_a_fresh_cache():
     s = _state()
     st = CacheState.empty(np.array([8, 16, 32, 64]), 5, 16, 100)
     st.emb_last[:] = [5, -1, 6, -1]
-    q = 3
-    st.emb_meta[1] = q  # QT: three log entries
+    st.emb_meta[5], st.emb_meta[6] = 1, 2  # QE, TL: a snapshot of one, two touched since
     st.emb_qi[:4] = [0, 2, 0, 1]
     st.kv_prev[:] = [1, 2, 3, 4, -1]
     st.kv_next[:] = [-1, 0, 1, 2, 3]
@@ -119,8 +118,8 @@ def test_load_from_copies_a_fresh_cache():
     counts = np.array([1.5, 0, 2, 0], np.float32)
     v = s.load_from(2, st, counts)
     assert s.e_last[2].tolist() == [5, -1, 6, -1]
-    assert s.e_qi[2, :4].tolist() == [0, 2, 0, 0]  # only the first QT entries are copied
-    assert s.e_meta[2].tolist() == [0, 3, 0, 16, 0]
+    assert s.e_qi[2, :4].tolist() == [0, 2, 0, 0]  # only the first QE + TL entries are copied
+    assert s.e_meta[2].tolist() == [0, 0, 0, 16, 0, 1, 2]
     assert s.k_prev[:, 2].tolist() == [1, 2, 3, 4, -1]
     assert s.k_next[:, 2].tolist() == [-1, 0, 1, 2, 3]
     assert s.k_len[:, 2].tolist() == [10, 20, -1, 30, 40]
@@ -139,9 +138,9 @@ def test_load_from_log_bound():
     st = CacheState.empty(np.array([8, 16, 32, 64]), 5, 16, 100)
     n = s.e_qi.shape[1]
     st.emb_qi = np.zeros(n + 1, np.int32)
-    st.emb_meta[1] = n  # exactly the stacked log: fine
+    st.emb_meta[5], st.emb_meta[6] = n - 1, 1  # QE + TL: exactly the stacked log: fine
     s.load_from(0, st, None)
-    st.emb_meta[1] = n + 1
+    st.emb_meta[6] = 2
     with pytest.raises(InternalError, match=f"EMB log of {n + 1} entries exceeds") as e:
         s.load_from(0, st, None)
     assert "a bug in the cluster simulator" in e.value.hint

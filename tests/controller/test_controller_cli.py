@@ -29,11 +29,16 @@ def test_train_then_validate(tmp_path):
     assert "trained on 1 traces" in res.stdout
     res = runner.invoke(app, ["validate", str(out), str(synth_trace_file), *COMMON, "--json"])
     assert res.exit_code == 0, res.output
-    (f,) = json.loads(res.stdout)["traces"]
-    assert {"p99_ms", "oracle_p99_ms", "best_static_p99_ms", "abs_dr_narrow"} <= set(f)
+    doc = json.loads(res.stdout)
+    (f,) = doc["traces"]
+    assert {"controller", "best-static", "oracle", "threshold", "hill-climb"} <= set(f["p99_ms"])
+    assert {"abs_dr_narrow", "fallback_share", "latency_us", "controller_vs_threshold"} <= set(f)
+    assert f["latency_us"]["n"] == f["windows"] - 1  # measured in this run, every decision
     res = runner.invoke(app, ["validate", str(out), str(synth_trace_file), *COMMON, "--quiet"])
     assert res.exit_code == 0, res.output
     assert "controller" in res.stdout and "│" in res.stdout
+    assert "use best static" in res.stdout or "deploy the controller" in res.stdout
+    assert "measured in this run" in res.stdout
 
 
 def test_validate_missing_controller(tmp_path):

@@ -1,4 +1,4 @@
-"""controller and hill-climb as policy specs in simulate and the cluster."""
+"""controller, hill-climb and threshold as policy specs in simulate and the cluster."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from helm_plan.policies import ControllerSpec, PolicyEnv, parse_policy
 from helm_plan.sim import simulate_node
 
 
-@pytest.mark.parametrize("spec", ["controller", "hill-climb"])
+@pytest.mark.parametrize("spec", ["controller", "hill-climb", "threshold"])
 def test_specs_drive_a_node(spec):
     ctx = small_ctx()
     built = parse_policy(spec).build(ctx, NODE, PolicyEnv())
@@ -33,7 +33,7 @@ def test_controller_path_spec(tmp_path):
         parse_policy("hill-climb:3")
 
 
-@pytest.mark.parametrize("spec", ["controller", "hill-climb"])
+@pytest.mark.parametrize("spec", ["controller", "hill-climb", "threshold"])
 def test_cluster_accepts_closed_loop_specs(spec):
     ctx = small_ctx()
     from helm_plan.cluster import ClusterConfig, simulate_cluster
@@ -43,3 +43,15 @@ def test_cluster_accepts_closed_loop_specs(spec):
     pol = node_policies(spec, ctx, cfg)
     res = simulate_cluster(ctx, pol.policy, pol.cfg)
     assert np.all((res.ratios >= 0) & (res.ratios <= 1))
+    assert res.ratios.shape[1] == cfg.nodes  # one column per node: each decides on its own
+
+
+def test_controller_spec_anchors_to_the_runs_best_static():
+    from helm_plan.oracle import BestStatic
+
+    ctx = small_ctx()
+    bs = BestStatic.__new__(BestStatic)
+    object.__setattr__(bs, "ratio", 0.7)
+    built = parse_policy("controller").build(ctx, NODE, PolicyEnv(best_static=bs))
+    assert built.policy.controller.anchor == 0.7
+    assert parse_policy("controller").build(ctx, NODE, PolicyEnv()).policy.controller.anchor is None

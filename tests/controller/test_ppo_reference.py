@@ -17,38 +17,14 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from controller_fixtures import made_label_trace
 from torch.distributions.categorical import Categorical
 
 from helm_plan.controller import ppo
-from helm_plan.controller.dataset import ARRIVAL_KEYS, LabelTrace
 from helm_plan.controller.env import SHIFTS, LabelEnv, RewardConfig
 from helm_plan.controller.features import N_FEATURES
 
-
-def label_trace(seed: int, windows: int = 12) -> LabelTrace:
-    """A made-up label trace (no simulation: the fixture costs nothing): per window a P99
-    valley over a 6-point grid around a drifting r*, one empty window."""
-    rng = np.random.default_rng(seed)
-    g = np.linspace(0.0, 1.0, 6)
-    r_star = np.clip(0.5 + 0.3 * np.sin(np.arange(windows) + seed), 0.05, 0.95)
-    r_star[windows // 2] = np.nan
-    p99 = 2.0 + 8.0 * (g[None, :] - np.nan_to_num(r_star, nan=0.5)[:, None]) ** 2
-    s = np.linspace(0.0, 1.0, 101)
-    return LabelTrace(
-        name=f"made{seed}", window_s=5.0, slo_ms=4.0,
-        arrival=rng.uniform(0.1, 2.0, (windows, len(ARRIVAL_KEYS))),
-        grid_r=np.tile(g, (windows, 1)), grid_p99_ms=p99,
-        grid_emb_hit=np.tile(g**0.5, (windows, 1)), grid_kv_reuse=np.tile(1.0 - g, (windows, 1)),
-        r_star=r_star, p99_star_ms=np.where(np.isfinite(r_star), 2.0, np.nan),
-        flat_lo=r_star - 0.1, flat_hi=r_star + 0.1, h2d_util_star=rng.uniform(0, 0.5, windows),
-        ghost_emb=np.outer(rng.uniform(100, 900, windows), s**0.5),
-        ghost_kv=np.outer(rng.uniform(50, 500, windows), 1.0 - s),
-        ghost_lookup_bytes=np.full(windows, 1000.0), ghost_ctx_tokens=np.full(windows, 600.0),
-        emb_s_per_byte=1e-4, kv_s_per_token=2e-4,
-    )  # fmt: skip
-
-
-TRACES = [label_trace(1), label_trace(2)]
+TRACES = [made_label_trace(1), made_label_trace(2)]
 """Two traces, so a reset also draws which one."""
 
 

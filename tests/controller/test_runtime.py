@@ -10,10 +10,10 @@ import pytest
 
 from helm_plan.controller.env import SHIFTS
 from helm_plan.controller.features import (
+    BURST_INDEX,
     COLD_INDEX,
     N_FEATURES,
     NET_UP_INDEX,
-    RATE_INDEX,
     RATIO_INDEX,
 )
 from helm_plan.controller.runtime import DEFAULT_PATH, Controller, RuntimeConfig, save
@@ -52,21 +52,21 @@ def _push_up_controller(cfg: RuntimeConfig) -> Controller:
 
 def _obs(rate: float, cold: float, r: float, rng: np.random.Generator) -> np.ndarray:
     x = np.zeros(N_FEATURES)
-    x[RATE_INDEX] = np.log1p(rate * (1 + 0.02 * rng.standard_normal())) / 8.0
+    x[BURST_INDEX] = np.log(rate / 100.0 * (1 + 0.02 * rng.standard_normal()))  # burst score
     x[COLD_INDEX] = cold + 0.01 * rng.standard_normal()
     x[RATIO_INDEX] = r
     return x
 
 
 def test_step_burst_detected_capped_and_recovered():
-    cfg = RuntimeConfig(recovery_windows=3, burst_max_shift=0.05)
+    cfg = RuntimeConfig(recovery_windows=3, burst_max_shift=0.05, guard=False)
     c = _push_up_controller(cfg)
     rng = np.random.default_rng(0)
     # the actor pushes r up 0.2 a window; before the burst hold it down by resetting
     c.reset()
     r = 0.3
-    c.cfg = RuntimeConfig(adapter=False)
-    hold = _hold_controller(RuntimeConfig(adapter=False, recovery_windows=3))
+    c.cfg = RuntimeConfig(adapter=False, guard=False)
+    hold = _hold_controller(RuntimeConfig(adapter=False, recovery_windows=3, guard=False))
     hold.reset()
     rs, flags = [], []
     for w in range(40):
@@ -81,7 +81,7 @@ def test_step_burst_detected_capped_and_recovered():
     assert not any(flags[30:]), "the burst ends"
     assert rs[-1] == pytest.approx(0.3), "back at the last stable ratio"
     # with the pushing actor, shifts are capped during the burst
-    c2 = _push_up_controller(RuntimeConfig(adapter=False, burst_max_shift=0.05))
+    c2 = _push_up_controller(RuntimeConfig(adapter=False, burst_max_shift=0.05, guard=False))
     rng = np.random.default_rng(0)
     r, prev, steps = 0.0, None, []
     for w in range(30):
@@ -95,7 +95,7 @@ def test_step_burst_detected_capped_and_recovered():
 
 
 def test_adapter_is_bounded_and_frozen_in_bursts():
-    c = _hold_controller(RuntimeConfig(adapter_cap=0.07, adapter_lr=0.05, burst=False))
+    c = _hold_controller(RuntimeConfig(adapter_cap=0.07, adapter_lr=0.05, burst=False, guard=False))
     x = np.zeros(N_FEATURES)
     x[RATIO_INDEX] = 0.5
     x[NET_UP_INDEX] = 3.0
@@ -134,14 +134,14 @@ def test_unsure_actor_holds():
     w = {"W0": np.zeros((4, N_FEATURES)), "b0": np.zeros(4), "W1": np.zeros((n, 4)), "b1": b1}
     x = np.zeros(N_FEATURES)
     x[RATIO_INDEX] = 0.5
-    plain = RuntimeConfig(hold_margin=0.0, adapter=False, burst=False)
+    plain = RuntimeConfig(hold_margin=0.0, adapter=False, burst=False, guard=False)
     assert Controller(w, np.array(SHIFTS), plain).step(x) == pytest.approx(0.7)
-    unsure = RuntimeConfig(hold_margin=0.5, adapter=False, burst=False)
+    unsure = RuntimeConfig(hold_margin=0.5, adapter=False, burst=False, guard=False)
     assert Controller(w, np.array(SHIFTS), unsure).step(x) == pytest.approx(0.5)
 
 
 def test_a_lasting_step_is_a_level_shift_not_a_burst():
-    c = _push_up_controller(RuntimeConfig(adapter=False, max_burst_windows=5))
+    c = _push_up_controller(RuntimeConfig(adapter=False, max_burst_windows=5, guard=False))
     rng = np.random.default_rng(1)
     r, flags = 0.0, []
     for w in range(30):

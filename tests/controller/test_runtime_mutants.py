@@ -17,12 +17,13 @@ import pytest
 
 from helm_plan.controller.env import SHIFTS
 from helm_plan.controller.features import (
+    BURST_INDEX,
     COLD_INDEX,
     FEATURE_VERSION,
     N_FEATURES,
     NET_DOWN_INDEX,
     NET_UP_INDEX,
-    RATE_INDEX,
+    OPT_INDEX,
     RATIO_INDEX,
 )
 from helm_plan.controller.runtime import (
@@ -44,13 +45,13 @@ def _actor(shift: float, logit: float = 1.0) -> dict[str, np.ndarray]:
 
 
 def _ctrl(shift: float = 0.0, **cfg) -> Controller:
-    return Controller(_actor(shift), np.array(SHIFTS), RuntimeConfig(**cfg))
+    return Controller(_actor(shift), np.array(SHIFTS), RuntimeConfig(**{"guard": False, **cfg}))
 
 
 def _x(v0: float = 1.0, v1: float = 0.0, r: float = 0.5, up: float = 0.0, down: float = 0.0):
     """An observation whose log1p(rate) is ``v0`` and cold share ``v1``."""
     x = np.zeros(N_FEATURES)
-    x[RATE_INDEX], x[COLD_INDEX], x[RATIO_INDEX] = v0 / 8.0, v1, r
+    x[BURST_INDEX], x[COLD_INDEX], x[RATIO_INDEX] = v0, v1, r
     x[NET_UP_INDEX], x[NET_DOWN_INDEX] = up, down
     return x
 
@@ -92,7 +93,7 @@ def test_config_count_fields(name):
 
 def test_config_fields_and_dict():
     names = config_fields()
-    assert names[:3] == ("hold_margin", "adapter", "adapter_cap") and len(names) == 16
+    assert names[:3] == ("hold_margin", "adapter", "adapter_cap") and len(names) == 22
     d = config_dict(RuntimeConfig(z_exit=1.5))
     assert list(d) == list(names) and d["z_exit"] == 1.5 and d["calm_windows"] == 2
 
@@ -108,7 +109,7 @@ def test_shape_errors():
     with pytest.raises(ConfigError, match="takes 0 features") as e:
         Controller({}, np.array(SHIFTS))
     assert "helm-plan train" in e.value.hint
-    with pytest.raises(ConfigError, match="src: the actor has 9 actions for 3 shifts") as e:
+    with pytest.raises(ConfigError, match="src: the actor has 10 actions for 3 shifts") as e:
         Controller(w, np.array([-0.1, 0.0, 0.1]), source="src")
     assert "helm-plan train" in e.value.hint
 
@@ -152,7 +153,7 @@ def test_load_keeps_config_card_weights_and_source(tmp_path):
     c = _ctrl(0.2)
     c.card["seed"] = 7
     p = save(c, tmp_path / "c.npz")
-    cfg = RuntimeConfig(hold_margin=0.0, adapter=False, burst=False)
+    cfg = RuntimeConfig(hold_margin=0.0, adapter=False, burst=False, guard=False)
     d = Controller.load(p, cfg)
     assert d.cfg is cfg and d.card == {"seed": 7} and d.source == str(p)
     assert d.step(_x(r=0.5)) == pytest.approx(0.7)
@@ -170,7 +171,7 @@ def test_with_config_is_fresh_and_keeps_the_actor():
     c = _ctrl(0.2, hold_margin=0.0, adapter=False, burst=False)
     c.card["k"] = 1
     c.step(_x(r=0.5))
-    cfg = RuntimeConfig(hold_margin=0.0, adapter=False, burst=False, z_exit=1.0)
+    cfg = RuntimeConfig(hold_margin=0.0, adapter=False, burst=False, guard=False, z_exit=1.0)
     d = c.with_config(cfg)
     assert d.cfg is cfg and d.card == {"k": 1} and d.source == "controller"
     assert math.isnan(d.ratio) and d.step(_x(r=0.25)) == pytest.approx(0.45)
@@ -195,26 +196,26 @@ def test_hold_margin_boundary():
     b1 = np.zeros(len(SHIFTS))
     b1[SHIFTS.index(0.0)], b1[SHIFTS.index(0.2)] = 1.0, 1.5
     w = _actor(0.0) | {"b1": b1}
-    at = Controller(w, np.array(SHIFTS), RuntimeConfig(hold_margin=0.5))
+    at = Controller(w, np.array(SHIFTS), RuntimeConfig(hold_margin=0.5, guard=False))
     assert at.base_shift(_x()) == 0.0
-    under = Controller(w, np.array(SHIFTS), RuntimeConfig(hold_margin=0.25))
+    under = Controller(w, np.array(SHIFTS), RuntimeConfig(hold_margin=0.25, guard=False))
     assert under.base_shift(_x()) == 0.2
     # a margin of 0 is the plain argmax (a tie at the top also picks the first maximum)
-    plain = Controller(_actor(-0.1), np.array(SHIFTS), RuntimeConfig(hold_margin=0.0))
+    plain = Controller(_actor(-0.1), np.array(SHIFTS), RuntimeConfig(hold_margin=0.0, guard=False))
     assert plain.base_shift(_x()) == -0.1
 
 
 def test_hidden_layer_is_tanh_of_the_inputs():
-    # W0 copies log_rate into hidden unit 0; W1 reads tanh(h0) into the +0.1 action
+    # W0 copies the log burst score into hidden unit 0; W1 reads tanh(h0) into the +0.1 action
     w = _actor(0.0, logit=0.0)
-    w["W0"][0, RATE_INDEX] = 1.0
+    w["W0"][0, BURST_INDEX] = 1.0
     w["W1"][SHIFTS.index(0.1), 0] = 1.0
     w["b1"][SHIFTS.index(-0.1)] = math.tanh(0.5) - 0.125  # loses to tanh(h0) iff h0 = 0.5
-    c = Controller(w, np.array(SHIFTS), RuntimeConfig(hold_margin=0.0))
-    assert c.base_shift(_x(v0=4.0)) == 0.1  # h0 = 4 / 8 = 0.5
+    c = Controller(w, np.array(SHIFTS), RuntimeConfig(hold_margin=0.0, guard=False))
+    assert c.base_shift(_x(v0=0.5)) == 0.1  # h0 = 0.5
     w["b0"][0] = -0.5  # h0 = 0: the -0.1 action wins
-    c = Controller(w, np.array(SHIFTS), RuntimeConfig(hold_margin=0.0))
-    assert c.base_shift(_x(v0=4.0)) == -0.1
+    c = Controller(w, np.array(SHIFTS), RuntimeConfig(hold_margin=0.0, guard=False))
+    assert c.base_shift(_x(v0=0.5)) == -0.1
 
 
 # ---------------------------------------------------------------- layer 3: the detector
@@ -386,7 +387,7 @@ def test_load_reads_only_numbered_weights(tmp_path):
     # "Wx" starts like a weight but is not one: the actor still has two layers
     p = tmp_path / "w.npz"
     np.savez(p, **_ctrl(0.2).arrays(), Wx=np.zeros((2, 2)))
-    c = Controller.load(p, RuntimeConfig(hold_margin=0.0, adapter=False, burst=False))
+    c = Controller.load(p, RuntimeConfig(hold_margin=0.0, adapter=False, burst=False, guard=False))
     assert len(c._W) == 2 and c.step(_x(r=0.5)) == pytest.approx(0.7)
 
 
@@ -431,7 +432,7 @@ def test_shape_error_hints_are_exact_and_count_the_output_layer():
     assert e.value.hint == hint
     # three layers of 6, 7 and 5 outputs: the action count is the last layer's
     w = _three_layers(np.random.default_rng(0), n_act=5)
-    with pytest.raises(ConfigError, match="src: the actor has 5 actions for 9 shifts") as e:
+    with pytest.raises(ConfigError, match="src: the actor has 5 actions for 10 shifts") as e:
         Controller(w, np.array(SHIFTS), source="src")
     assert e.value.hint == hint
 
@@ -441,17 +442,22 @@ def test_three_layer_forward_matches_numpy():
     # output, and the logits come from the last layer
     rng = np.random.default_rng(1)
     w = _three_layers(rng)
-    c = Controller(w, np.array(SHIFTS), RuntimeConfig(hold_margin=0.0))
+    c = Controller(w, np.array(SHIFTS), RuntimeConfig(hold_margin=0.0, guard=False))
+    c.reset(0.5)
     for _ in range(50):
         x = rng.normal(size=N_FEATURES)
         h = np.tanh(w["W1"] @ np.tanh(w["W0"] @ x + w["b0"]) + w["b1"])
-        assert c.base_shift(x) == SHIFTS[int(np.argmax(w["W2"] @ h + w["b2"]))]
+        d = SHIFTS[int(np.argmax(w["W2"] @ h + w["b2"]))]
+        # the curve action (NaN) shifts the base ratio to the curve's optimum
+        assert c.base_shift(x) == (x[OPT_INDEX] - 0.5 if d != d else d)
 
 
 def test_plain_argmax_breaks_a_tie_with_hold_towards_the_first_action():
-    # every logit equal: with hold_margin 0 the first maximum (-0.2) wins, not the hold
-    c = Controller(_actor(0.0, logit=0.0), np.array(SHIFTS), RuntimeConfig(hold_margin=0.0))
-    assert c.base_shift(_x()) == SHIFTS[0] == -0.2
+    # every logit equal: with hold_margin 0 the first maximum (-0.5) wins, not the hold
+    c = Controller(
+        _actor(0.0, logit=0.0), np.array(SHIFTS), RuntimeConfig(hold_margin=0.0, guard=False)
+    )
+    assert c.base_shift(_x()) == SHIFTS[0] == -0.5
 
 
 def test_bursts_are_counted():

@@ -11,8 +11,7 @@ from typer.testing import CliRunner
 
 from helm_plan import regimes, synth
 from helm_plan.controller.runtime import DEFAULT_PATH
-from helm_plan.controller.training import DEFAULT_ORACLE
-from helm_plan.oracle import best_static
+from helm_plan.oracle import OracleConfig, best_static
 from helm_plan.sim import NodeConfig, load_context, simulate_node
 
 
@@ -30,7 +29,7 @@ def test_validate_per_regime(tmp_path):
     # best static by itself, cut by the trace's spans by hand
     ctx = load_context(tp, pool_fraction=0.1, seed=4)
     ncfg = NodeConfig(window_s=5.0, slo_ms=1.0)
-    bs = best_static(ctx, ncfg, DEFAULT_ORACLE)
+    bs = best_static(ctx, ncfg, OracleConfig())
     r = simulate_node(ctx, np.array([bs.ratio]), ncfg)
     ts = ctx.arrays.ts_s
     spans = regimes.read_spans(tp)

@@ -39,7 +39,7 @@ def _ctx(ts=(), edges=(0,), bw=BW):
         first_visit=np.ones(len(ts), bool),
         ctx_len=np.arange(len(ts), dtype=np.int64) + 10,
         gpu=SimpleNamespace(name="gpu-x"),
-        model=SimpleNamespace(name="model-y"),
+        model=SimpleNamespace(name="model-y", default_slo_ms=100.0),
         pool_bytes=12345,
         pool_source="fraction 0.3",
         edges=lambda window_s: np.asarray(edges, np.int64),
@@ -48,7 +48,7 @@ def _ctx(ts=(), edges=(0,), bw=BW):
 
 def test_label_row_by_hand():
     ocfg = OracleConfig(coarse_step=0.5, flat_tol=0.1)
-    ncfg = NodeConfig(window_s=2.0)
+    ncfg = NodeConfig(window_s=2.0, slo_ms=100.0)
     pts = {0.0: 12.0, 0.3: 10.5, 0.5: 10.0, 0.7: 11.5, 1.0: 20.0}
     full = {r: _ev(r, p, miss=int(r * 1000)) for r, p in pts.items()}
     evals = {r: (e.p99_ms, e.slo_attainment, e.mean_ms) for r, e in full.items()}
@@ -123,10 +123,10 @@ def spans(monkeypatch):
 
 def test_window_task_warms_on_the_previous_windows(spans):
     calls, seeds = spans
-    ctx, ncfg = _ctx(TS, EDGES), NodeConfig(window_s=2.0)
+    ctx, ncfg = _ctx(TS, EDGES), NodeConfig(window_s=2.0, slo_ms=100.0)
     ocfg = OracleConfig(grid_step=0.25, coarse_step=0.5, seed=9, warmup_windows=2)
     edges = np.array(EDGES)
-    row = lb.window_task((ctx, ncfg, ocfg, edges), 3)
+    row = lb.window_task((ctx, ncfg, ocfg, edges, True), 3)
     # window 3 is [7, 8); warm-up from window 1's start (3)
     assert {c[1] for c in calls} == set(GRID) and len(calls) == len(GRID)
     assert all(c[0] is ctx and c[2:] == (3, 7, 8, ncfg) for c in calls)
@@ -136,10 +136,10 @@ def test_window_task_warms_on_the_previous_windows(spans):
     assert row["h2d_util"] == (700 + 100) / (BW * 2.0)
     assert seeds == [int(np.random.SeedSequence([9, 3]).generate_state(1)[0])]
     calls.clear()
-    row = lb.window_task((ctx, ncfg, ocfg, edges), 0)  # warm-up clipped at window 0
+    row = lb.window_task((ctx, ncfg, ocfg, edges, True), 0)  # warm-up clipped at window 0
     assert all(c[2:5] == (0, 0, 3) for c in calls) and row["r_star"] == 0.75
     calls.clear()
-    row = lb.window_task((ctx, ncfg, ocfg, edges), 1)  # empty: no evaluation
+    row = lb.window_task((ctx, ncfg, ocfg, edges, True), 1)  # empty: no evaluation
     assert calls == [] and row["n_evals"] == 0 and math.isnan(row["r_star"])
     assert "p99_ms_r050" in row and "p99_ms_r025" not in row
 
@@ -168,7 +168,7 @@ GRID_COLS = {f"{m}_{s}" for s in ("r000", "r050", "r100")
 
 
 def test_label_windows_in_window_mode(spans):
-    ctx, ncfg = _ctx(TS, EDGES), NodeConfig(window_s=2.0)
+    ctx, ncfg = _ctx(TS, EDGES), NodeConfig(window_s=2.0, slo_ms=100.0)
     ocfg = OracleConfig(grid_step=0.25, coarse_step=0.5, warmup="window", warmup_windows=1)
     ex = Recording()
     seen = []
@@ -216,7 +216,7 @@ def test_label_windows_in_window_mode(spans):
 
 def test_label_windows_window_mode_runs_serially_by_default(spans):
     calls, _ = spans
-    ctx, ncfg = _ctx(TS, EDGES), NodeConfig(window_s=2.0)
+    ctx, ncfg = _ctx(TS, EDGES), NodeConfig(window_s=2.0, slo_ms=100.0)
     ocfg = OracleConfig(grid_step=0.25, coarse_step=0.5, warmup="window", warmup_windows=0)
     seen = []
     lab = lb.label_windows(ctx, ncfg, ocfg, progress=lambda d, t: seen.append((d, t)))
@@ -228,8 +228,8 @@ def test_label_windows_window_mode_runs_serially_by_default(spans):
 def test_label_windows_in_carry_mode(monkeypatch):
     got = {}
 
-    def carry_rows(ctx, ncfg, ocfg, label_row, empty_row, progress, executor):
-        got.update(ctx=ctx, ncfg=ncfg, ocfg=ocfg, progress=progress, executor=executor)
+    def carry_rows(ctx, ncfg, ocfg, label_row, empty_row, progress, executor, grid):
+        got.update(ctx=ctx, ncfg=ncfg, ocfg=ocfg, progress=progress, executor=executor, grid=grid)
         full = {r: _ev(r, 5.0, miss=300) for r in (0.0, 0.5, 1.0)}
         full[0.5] = _ev(0.5, 5.0, miss=300, emb=0.9)
         evals = {r: (e.p99_ms, e.slo_attainment, e.mean_ms) for r, e in full.items()}
@@ -239,11 +239,12 @@ def test_label_windows_in_carry_mode(monkeypatch):
         return rows, "the run"
 
     monkeypatch.setattr(lb, "carry_rows", carry_rows)
-    ctx, ncfg = _ctx(TS, EDGES, bw=50.0), NodeConfig(window_s=2.0)
+    ctx, ncfg = _ctx(TS, EDGES, bw=50.0), NodeConfig(window_s=2.0, slo_ms=100.0)
     ocfg = OracleConfig(coarse_step=0.5, flat_tol=0.0)
     ex, prog = object(), object()
     lab = lb.label_windows(ctx, ncfg, ocfg, progress=prog, executor=ex)
-    assert got == {"ctx": ctx, "ncfg": ncfg, "ocfg": ocfg, "progress": prog, "executor": ex}
+    want = {"ctx": ctx, "ncfg": ncfg, "ocfg": ocfg, "progress": prog, "executor": ex}
+    assert got == {**want, "grid": True}
     t = lab.table
     assert t["window"].to_list() == [0, 1, 2, 3]  # sorted by window
     r_star = t["r_star"].to_numpy()

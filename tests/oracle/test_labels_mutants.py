@@ -149,3 +149,50 @@ def test_nan_labels_survive_the_round_trip(tmp_path):
     t = _table().with_columns(pl.Series("r_star", [float("nan"), 0.5]))
     back = read_labels(write_labels(Labels(t, 2.0, (0.0, 0.5, 1.0)), tmp_path / "l.parquet"))
     assert math.isnan(back.r_star[0]) and back.r_star[1] == 0.5
+
+
+def _points_table() -> pl.DataFrame:
+    """Labels without a grid: each window lists the points its search evaluated."""
+    return pl.DataFrame(
+        {
+            "window": [0, 1, 2],
+            "start_s": [0.0, 2.0, 4.0],
+            "end_s": [2.0, 4.0, 6.0],
+            "requests": [3, 5, 0],
+            "r_star": [0.25, 0.75, math.nan],
+            "p99_ms": [4.0, 6.0, math.nan],
+            "slo_attainment": [1.0, 0.5, math.nan],
+            "evals_r": [[0.15, 0.25, 0.35], [0.5, 0.75], []],
+            "evals_p99_ms": [[5.0, 4.0, 4.5], [7.0, 6.0], []],
+            "evals_slo_att": [[0.9, 1.0, 1.0], [0.4, 0.5], []],
+            "evals_emb_hit": [[0.1, 0.2, 0.3], [0.5, 0.6], []],
+            "evals_kv_reuse": [[0.7, 0.8, 0.9], [0.3, 0.2], []],
+        },
+        schema_overrides={c: pl.List(pl.Float64) for c in
+                          ("evals_r", "evals_p99_ms", "evals_slo_att", "evals_emb_hit",
+                           "evals_kv_reuse")},
+    )  # fmt: skip
+
+
+def test_labels_without_a_grid_round_trip_and_read_as_points(tmp_path):
+    lab = Labels(table=_points_table(), window_s=2.0, coarse_grid=())
+    back = read_labels(write_labels(lab, tmp_path / "l.parquet"))
+    assert back.coarse_grid == () and back.table.equals(lab.table)
+    assert back.grid("p99_ms").shape == (3, 0)  # no grid columns to read
+    pts = back.points()
+    assert pts.columns == ["window", "ratio", "p99_ms", "slo_attainment", "emb_hit_rate",
+                           "kv_reuse_rate"]  # fmt: skip
+    assert pts["window"].to_list() == [0, 0, 0, 1, 1]  # the empty window has no points
+    assert pts["ratio"].to_list() == [0.15, 0.25, 0.35, 0.5, 0.75]
+    assert pts["p99_ms"].to_list() == [5.0, 4.0, 4.5, 7.0, 6.0]
+    assert pts["kv_reuse_rate"].to_list() == [0.7, 0.8, 0.9, 0.3, 0.2]
+
+
+def test_points_of_labels_with_a_grid_are_the_grid():
+    lab = _labels()
+    pts = lab.points()
+    assert pts.height == 2 * 3
+    w1 = pts.filter(pl.col("window") == 1)
+    assert w1["ratio"].to_list() == [0.0, 0.5, 1.0]
+    np.testing.assert_array_equal(w1["p99_ms"].to_numpy(), lab.grid("p99_ms")[1])
+    np.testing.assert_array_equal(w1["emb_hit_rate"].to_numpy(), lab.grid("emb_hit")[1])

@@ -16,6 +16,7 @@ from helm_plan.oracle.search import (
     ratio_grid,
     search,
     seed_for,
+    start_points,
 )
 
 NAN = float("nan")
@@ -265,3 +266,87 @@ def test_tpe_tells_running_trials_apart_only_when_trials_are_batched(monkeypatch
     for batch in (1, 2, 3):
         search(_bowl, OracleConfig(coarse_step=0.5, trials=2, trial_batch=batch), 7)
     assert built == [{"seed": 7, "constant_liar": b} for b in (False, True, True)]
+
+
+# ---------------------------------------------------------------- without the grid (analyze)
+
+
+def _counting(fn):
+    calls = []
+
+    def objective(r):
+        calls.append(r)
+        return fn(r)
+
+    return objective, calls
+
+
+def _p99(curve):
+    return lambda r: (curve(r), 1.0, curve(r))
+
+
+def test_bracket_starts_at_the_previous_optimum_and_stops_on_a_flat_bracket():
+    objective, calls = _counting(_p99(lambda r: 10.0 + 0.01 * abs(r - 0.42)))
+    evals = search(objective, OracleConfig(), 0, grid=False, prev_r=0.42)
+    # 0.32, 0.42, 0.52: both sides within 2 % of the best, so nothing more is evaluated
+    assert sorted(calls) == [0.32, 0.42, 0.52] and best_of(evals, 0.02, 0.42)[0] == 0.42
+    assert start_points(OracleConfig(), False, None) == [0.4, 0.5, 0.6]  # no previous: 0.5
+    assert start_points(OracleConfig(), False, 0.95) == [0.85, 0.95, 1.0]  # clipped to [0, 1]
+
+
+@pytest.mark.parametrize("target", [0.0, 0.03, 0.17, 0.37, 0.5, 0.81, 0.99, 1.0])
+@pytest.mark.parametrize("prev", [None, 0.1, 0.9])
+def test_bracket_lands_in_the_exhaustive_grids_flat_band_anywhere_on_the_lattice(target, prev):
+    """A V-shaped P99 (10 % per 0.1 of r): the search must walk to it, into the flat band
+    the exhaustive grid finds (r within 0.02 of the minimum: 2 % of P99)."""
+    fn = _p99(lambda r: 1.0 + abs(r - target))
+    objective, calls = _counting(fn)
+    evals = search(objective, OracleConfig(), 0, grid=False, prev_r=prev)
+    grid = search(fn, OracleConfig(grid_step=0.01), 0, grid=False)
+    _, _, lo, hi = best_of(grid, 0.02)
+    assert lo <= best_of(evals, 0.02, prev)[0] <= hi
+    assert len(calls) == len(set(calls)) <= 16  # against 101 for the exhaustive grid
+    assert all(abs(r * 100 - round(r * 100)) < 1e-6 for r in calls)
+
+
+def test_bracket_finds_the_edge_of_a_cliff():
+    """P99 falls towards small r, then jumps: EMB starved below 0.06 (the usual cliff)."""
+    objective, _ = _counting(_p99(lambda r: 100.0 if r < 0.06 else 1.0 + r))
+    evals = search(objective, OracleConfig(), 0, grid=False, prev_r=0.5)
+    r, _, lo, hi = best_of(evals, 0.02, 0.5)
+    assert r == 0.06 and lo == 0.06 and hi <= 0.08
+
+
+def test_bracket_spends_at_most_trials_evaluations_after_the_first_three():
+    objective, calls = _counting(_p99(lambda r: 1.0 + abs(r - 0.03)))
+    search(objective, OracleConfig(trials=2), 0, grid=False, prev_r=0.9)
+    assert len(calls) == 3 + 2
+    objective, calls = _counting(_p99(lambda r: 1.0 + abs(r - 0.03)))
+    search(objective, OracleConfig(trials=0), 0, grid=False, prev_r=0.9)
+    assert sorted(calls) == [0.8, 0.9, 1.0]
+
+
+def test_bracket_probes_both_open_sides_as_one_group_and_never_repeats():
+    groups = []
+
+    def in_order(objective, rs):
+        groups.append(list(rs))
+        return [objective(r) for r in rs]
+
+    evals = search(_p99(lambda r: 1.0 + 4 * (r - 0.5) ** 2 + abs(r - 0.5)), OracleConfig(),
+                   0, evaluate=in_order, grid=False)  # fmt: skip
+    assert groups[0] == [0.4, 0.5, 0.6] and [len(g) for g in groups[1:3]] == [2, 2]
+    flat = [r for g in groups for r in g]
+    assert len(flat) == len(set(flat)) == len(evals)
+
+
+def test_bracket_treats_an_unusable_ratio_as_the_worst():
+    objective, _ = _counting(_bowl)  # NaN above 0.9, minimum at 0.37
+    evals = search(objective, OracleConfig(), 0, grid=False, prev_r=0.95)
+    assert best_of(evals, 0.02, 0.95)[0] == pytest.approx(0.37, abs=0.06)
+
+
+def test_a_validation_grid_replaces_the_bracket():
+    objective, calls = _counting(_bowl)
+    search(objective, OracleConfig(grid_step=0.1), 0, grid=False, prev_r=0.3)
+    assert sorted(calls) == [round(0.1 * k, 9) for k in range(11)]  # no coarse grid, no edges

@@ -228,3 +228,33 @@ def test_sensitivity_table_by_hand():
     # the column of grid point r is named by round(r * 100): 0.07 -> p99_ms_r007
     t3 = sensitivity_table(labels, np.array([0.07, 0.07]), np.array([0.07, 0.5]))
     np.testing.assert_allclose(t3["regret"].to_numpy(), [98.0, 48.5], rtol=1e-12)
+
+
+def test_sensitivity_table_of_labels_without_a_grid_reads_each_windows_points():
+    """Exact on an evaluated point, interpolated inside a cell without a cliff, else NaN."""
+    lists = {c: pl.List(pl.Float64) for c in ("evals_r", "evals_p99_ms")}
+    t = pl.DataFrame(
+        {
+            "window": [0, 1, 2, 3],
+            "r_star": [0.3, 0.5, 0.2, float("nan")],
+            "p99_ms": [2.0, 4.0, 1.0, float("nan")],
+            "flatness": [0.1, 0.0, 0.2, float("nan")],
+            "evals_r": [[0.2, 0.3, 0.4], [0.4, 0.5, 0.6], [0.1, 0.2, 0.3], []],
+            "evals_p99_ms": [[3.0, 2.0, 2.5], [9.0, 4.0, 4.4], [1.2, 1.0, 5.0], []],
+        },
+        schema_overrides=lists,
+    )
+    ratios = np.array([0.4, 0.45, 0.25, 0.5])
+    st = sensitivity_table(t, ratios, np.array([]))
+    reg = st["regret"].to_numpy()
+    assert reg[0] == pytest.approx(2.5 / 2.0 - 1)  # an evaluated point: exact
+    assert np.isnan(reg[1])  # 9.0 against 4.0: a cliff in the cell, no line
+    assert np.isnan(reg[2])  # 1.0 against 5.0 (over CLIFF_FACTOR): undefined
+    assert np.isnan(reg[3])  # an empty window
+    st2 = sensitivity_table(t, np.array([0.35, 0.55, 0.15, 0.5]), np.array([]))
+    reg2 = st2["regret"].to_numpy()
+    assert reg2[0] == pytest.approx((2.0 + 0.5 * 0.5) / 2.0 - 1)  # halfway 2.0 -> 2.5
+    assert reg2[1] == pytest.approx((4.0 + 0.5 * 0.4) / 4.0 - 1)
+    assert reg2[2] == pytest.approx((1.2 - 0.5 * 0.2) / 1.0 - 1)
+    assert st["ratio_distance"].to_list() == pytest.approx([0.1, 0.05, 0.05, float("nan")],
+                                                            nan_ok=True)  # fmt: skip

@@ -1,16 +1,33 @@
-"""The single-node load curve: monotone P99 in load, and a maximum QPS that passes while 10% more fails."""
+"""The single-node load curve (``plan/loadcurve.py``) and one fleet at one load (``plan/evaluate.py``).
+
+On a real node: monotone P99 in load, and a maximum QPS that passes while 10% more fails.
+
+With stand-ins: The load curve's widening and bisection, ``meets``' best-static search and the start factor,
+each driven by a stand-in simulation whose pass/fail edge is known.
+
+The stand-ins replace only the simulation (a load point passes iff its factor is at most a
+threshold; a static r has a fixed P99 and attainment), so every figure these tests expect is
+worked out from the module's contract by hand: a policy passing at factors 1 and 2 and failing
+from 3 on is widened to 4, then bisected geometrically, which after six steps brackets 3 within
+a ratio of 2^(1/64); a best-static search tried nearest the hint 0.5 first on the 0.25 grid
+visits 0.5, 0.25, 0.75, 0, 1, then the two half-steps around the lowest P99."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from brute import coeff_latency
 from conftest import small_table
 
 from helm_plan.arrays import from_table
+from helm_plan.errors import ConfigError
 from helm_plan.oracle import OracleConfig
-from helm_plan.plan.loadcurve import LoadSetup, load_curve, run_point
+from helm_plan.plan import evaluate, loadcurve
+from helm_plan.plan.loadcurve import LoadPoint, LoadSetup, load_curve, run_point, start_factor
+from helm_plan.plan.scale import MAX_FACTOR
 from helm_plan.profiles import load_gpu, load_model
 from helm_plan.sim import NodeConfig
 
@@ -42,3 +59,371 @@ def test_max_qps_passes_and_ten_percent_more_fails():
         assert not above.passes
     # choosing the split per load never does worse than one fixed split
     assert lc.max_qps["best-static"] >= lc.max_qps["static:0.3"] * 0.999
+
+
+# ---- with stand-in simulations ----------------------------------------------------------------
+
+# ---- load_curve ---------------------------------------------------------------------------
+
+QPS_PER_FACTOR = 7.0
+THRESH = {"a": 3.0, "b": 0.3, "c": math.inf, "d": -1.0, "e": 3.0}
+"""Each stand-in policy passes iff the factor is at most this (d never, c always); e also
+fails below factor 1.5 (a non-monotone policy)."""
+
+
+def _stand_in(n=100, span=9.9, t0=0.0, ts=None, **kw) -> LoadSetup:
+    ts = np.linspace(t0, t0 + span, n) if ts is None else np.asarray(ts, np.float64)
+    trace = SimpleNamespace(ts_s=ts, n_requests=len(ts))  # what the curve reads of the arrays
+    base = {"gpu": None, "model": None, "latency": None, "latency_profile": None,
+            "pool_bytes": 0, "node": None, "oracle": None, "max_requests": 1000}  # fmt: skip
+    return LoadSetup(trace=trace, **(base | kw))
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Replace the one-node simulation by the thresholds above; record (policy, factor, hint)."""
+    seen: list[tuple[str, float, float | None]] = []
+
+    def fake(shared, item):
+        assert isinstance(shared, LoadSetup)  # every batch gets the setup
+        spec, factor, *rest = item
+        if spec == "boom":
+            raise ConfigError("no GPU")
+        seen.append((spec, factor, rest[0] if rest else None))
+        ok = factor <= THRESH[spec] and not (spec == "e" and factor < 1.5)
+        ratio = math.nan if spec == "b" else factor / 100  # "b" is not a best-static search
+        return LoadPoint(spec, factor, QPS_PER_FACTOR * factor, 1.0 if ok else 9.0,
+                         0.99 if ok else 0.5, ok, ratio)  # fmt: skip
+
+    monkeypatch.setattr(loadcurve, "run_point", fake)
+    return seen
+
+
+def _factors(calls, p):
+    return [f for q, f, _ in calls if q == p]
+
+
+def test_widen_then_bisect_each_edge(calls):
+    s = _stand_in()  # 100 rows, max 1000 requests: the cap is factor 10
+    ticks = []
+    # the defaults: six bisection steps, ten widenings
+    lc = load_curve(s, ["a", "b", "c", "d"], [1.0, 2.0], progress=lambda d, t: ticks.append((d, t)))
+    assert ticks == [(i, 8) for i in range(9)]  # the first batch: 4 policies x 2 loads
+    # a: passes 1, 2; doubling to 4 fails; six geometric bisections of (2, 4)
+    fa = _factors(calls, "a")
+    assert fa[:3] == [1.0, 2.0, 4.0] and len(fa) == 3 + 6
+    best_a = max(f for f in fa if f <= 3.0)
+    assert 3.0 / 2 ** (1 / 64) < best_a <= 3.0
+    assert lc.max_qps["a"] == pytest.approx(QPS_PER_FACTOR * best_a)
+    assert lc.ratio_at_max["a"] == pytest.approx(best_a / 100)
+    # b: fails 1 and 2; halving to 0.5 (fails) then 0.25 (passes); bisect (0.25, 0.5)
+    fb = _factors(calls, "b")
+    assert fb[:4] == [1.0, 2.0, 0.5, 0.25] and len(fb) == 4 + 6
+    best_b = max(f for f in fb if f <= 0.3)
+    assert 0.3 / 2 ** (1 / 64) < best_b <= 0.3
+    assert lc.max_qps["b"] == pytest.approx(QPS_PER_FACTOR * best_b)
+    assert math.isnan(lc.ratio_at_max["b"])
+    # c: always passes; doubles 4, 8, then the cap 10 (16 would pass it) and stops there
+    assert _factors(calls, "c") == [1.0, 2.0, 4.0, 8.0, 10.0]
+    assert lc.max_qps["c"] == pytest.approx(QPS_PER_FACTOR * 10.0)
+    assert lc.ratio_at_max["c"] == pytest.approx(0.1)
+    # d: never passes; ten halvings, then no maximum
+    assert _factors(calls, "d") == [1.0, 2.0] + [2.0**-k for k in range(1, 11)]
+    assert math.isnan(lc.max_qps["d"]) and math.isnan(lc.ratio_at_max["d"])
+    assert lc.capped == {"a": False, "b": False, "c": True, "d": False}
+    assert lc.base_qps == pytest.approx(100 / 9.9)
+    # one row per evaluated load, sorted by policy then factor
+    pts = lc.points
+    assert pts.height == len(calls)
+    assert pts.columns == ["policy", "factor", "qps", "p99_ms", "slo_attainment", "passes",
+                           "ratio"]  # fmt: skip
+    assert pts["policy"].to_list() == sorted(pts["policy"].to_list())
+    for p in "abcd":
+        f = pts.filter(pts["policy"] == p)["factor"].to_list()
+        assert f == sorted(_factors(calls, p))
+
+
+def test_every_widening_and_bisection_step_hints_the_r_that_passed_below(calls):
+    load_curve(_stand_in(), ["a", "b", "c"], [1.0, 2.0], refine_steps=6)
+    for p in "ac":
+        mine = [(f, h) for q, f, h in calls if q == p]
+        for i, (f, h) in enumerate(mine):
+            if i < 2:  # the first factors carry no hint
+                assert h is None
+                continue
+            passed = [g for g, _ in mine[:i] if g <= THRESH[p]]
+            assert h == pytest.approx(max(passed) / 100), (p, f)
+    # b's r is NaN (not a best-static answer): its bisection steps get the even split
+    hb = [h for q, _, h in calls if q == "b"]
+    assert hb[:4] == [None] * 4 and hb[4:] == [0.5] * 6
+
+
+def test_the_cap_swallows_factors_and_spreads_them_below_it(calls):
+    # 200 rows, at most 800 requests: factor 4 at most; 5, 50 and 100 all clamp to it
+    lc = load_curve(_stand_in(n=200, max_requests=800), ["c"], [5.0, 50.0, 100.0])
+    assert _factors(calls, "c") == [1.0, 2.0, 4.0]  # 4 / 4, 4 / 2 and the cap
+    assert lc.capped == {"c": True} and lc.max_qps["c"] == pytest.approx(4 * QPS_PER_FACTOR)
+    calls.clear()
+    # factors below the cap are kept as given
+    load_curve(_stand_in(n=200, max_requests=800), ["c"], [0.5, 3.0])
+    assert _factors(calls, "c") == [0.5, 3.0, 4.0]
+
+
+def test_time_scaling_is_capped_only_by_max_factor(calls):
+    lc = load_curve(_stand_in(scale_by="time", max_requests=10), ["a"], [1.0, 2.0],
+                    refine_steps=0)  # fmt: skip
+    assert _factors(calls, "a") == [1.0, 2.0, 4.0]  # not capped at 10 / 100 rows
+    assert lc.max_qps["a"] == pytest.approx(2 * QPS_PER_FACTOR)
+    calls.clear()
+    load_curve(_stand_in(scale_by="time"), ["c"], [MAX_FACTOR * 0.75], max_widen=3)
+    assert _factors(calls, "c") == [MAX_FACTOR * 0.75, MAX_FACTOR]
+
+
+def test_max_widen_bounds_the_doublings(calls):
+    lc = load_curve(_stand_in(), ["d"], [1.0], max_widen=3)
+    assert _factors(calls, "d") == [1.0, 0.5, 0.25, 0.125]
+    assert math.isnan(lc.max_qps["d"])
+    calls.clear()
+    lc = load_curve(_stand_in(max_requests=10**9), ["c"], [1.0], max_widen=2)
+    assert _factors(calls, "c") == [1.0, 2.0, 4.0]
+    assert lc.capped == {"c": False}  # stopped by max_widen, not at the cap
+
+
+def test_base_qps_of_a_one_row_trace_is_nan(calls):
+    lc = load_curve(_stand_in(n=1), ["c"], [1.0], max_widen=1)
+    assert math.isnan(lc.base_qps)
+    lc = load_curve(_stand_in(n=50, span=5.0), ["c"], [1.0], max_widen=1)
+    assert lc.base_qps == pytest.approx(10.0)
+
+
+def test_bad_loads_and_attainment_are_refused(calls):
+    with pytest.raises(ConfigError, match="^load factor must be positive, got 0.0"):
+        load_curve(_stand_in(), ["a"], [1.0, 0.0])
+    with pytest.raises(ConfigError, match=r"^attainment must be in \[0.0, 1.0\], got 1.5"):
+        load_curve(_stand_in(attainment=1.5), ["a"], [1.0])
+    assert calls == []
+    # a failing load point is named by its policy and factor
+    with pytest.raises(ConfigError, match="^load point boom x2.5: no GPU"):
+        load_curve(_stand_in(), ["boom"], [2.5])
+
+
+def test_a_failure_below_a_pass_is_not_the_edge(calls):
+    # e fails at 1 and passes at 2: the edge above is found by doubling to 4, then bisected
+    lc = load_curve(_stand_in(), ["e"], [1.0, 2.0], refine_steps=3)
+    fe = _factors(calls, "e")
+    assert fe[:3] == [1.0, 2.0, 4.0] and len(fe) == 6
+    assert all(2.0 < f < 4.0 for f in fe[3:])
+    assert lc.max_qps["e"] == pytest.approx(QPS_PER_FACTOR * max(f for f in fe if f <= 3.0))
+
+
+@pytest.mark.parametrize(
+    ("ts", "want"),
+    [
+        ([5.0, 6.0], 2.0),  # two requests one second apart
+        ([0.0, 0.0, 1.0], 3.0),  # a tie at the start
+        ([0.0, 1.0, 1.0], 3.0),  # a tie at the end
+        ([4.0, 4.0, 4.0], math.nan),  # no time passes: no rate
+        ([100.0, 102.0, 103.0, 104.0], 1.0),  # measured from the first request, not from 0
+    ],
+)
+def test_base_qps_is_requests_over_the_trace_span(calls, ts, want):
+    lc = load_curve(_stand_in(ts=ts), ["c"], [1.0], max_widen=1)
+    if math.isnan(want):
+        assert math.isnan(lc.base_qps)
+    else:
+        assert lc.base_qps == pytest.approx(want)
+
+
+def test_a_load_point_scales_builds_and_asks_meets(monkeypatch):
+    seen: dict = {}
+
+    def fake_scale(arrays, factor, *, by, window_s, seed):
+        seen["scale"] = (arrays, factor, by, window_s, seed)
+        return "SCALED", SimpleNamespace(qps_after=123.0)
+
+    def fake_prepare(arrays, gpu, model, latency, *, pool_bytes, latency_profile):
+        seen["prepare"] = (arrays, gpu, model, latency, pool_bytes, latency_profile)
+        return "CTX"
+
+    def fake_meets(ctx, cfg, spec, oracle, attainment, hint):
+        seen["meets"] = (ctx, cfg, spec, oracle, attainment, hint)
+        return SimpleNamespace(p99_ms=4.5, slo_attainment=0.97, passes=True, ratio=0.4)
+
+    monkeypatch.setattr(loadcurve, "scale_arrays", fake_scale)
+    monkeypatch.setattr(loadcurve, "prepare_context", fake_prepare)
+    monkeypatch.setattr(loadcurve, "meets", fake_meets)
+    node = NodeConfig(window_s=3.0)
+    s = _stand_in(gpu="GPU", model="MODEL", latency="LAT", latency_profile="PROF", pool_bytes=77,
+               node=node, oracle="ORACLE", scale_by="time", attainment=0.97, seed=5)  # fmt: skip
+    pt = loadcurve.run_point(s, ("best-static", 2.5, 0.3))
+    assert pt == LoadPoint("best-static", 2.5, 123.0, 4.5, 0.97, True, 0.4)
+    assert seen["scale"] == (s.trace, 2.5, "time", 3.0, 5)
+    assert seen["prepare"] == ("SCALED", "GPU", "MODEL", "LAT", 77, "PROF")
+    ctx, cfg, spec, oracle, att, hint = seen["meets"]
+    assert (ctx, spec, oracle, att, hint) == ("CTX", "best-static", "ORACLE", 0.97, 0.3)
+    assert (cfg.nodes, cfg.node, cfg.seed) == (1, node, 5)
+    loadcurve.run_point(s, ("emb-max", 1.0))  # no hint: an even split first
+    assert seen["meets"][5] == 0.5
+
+
+# ---- start_factor -------------------------------------------------------------------------
+
+
+def _fake_node(monkeypatch, service_s, batch_size, window_idx):
+    seen = {}
+
+    def ctx(s, factor):
+        assert isinstance(s, LoadSetup)
+        seen["factor"] = factor
+        return "ctx", None
+
+    def sim(c, r, node):
+        assert c == "ctx" and isinstance(node, SimpleNamespace)
+        seen["r"] = r
+        return SimpleNamespace(service_s=np.array(service_s), batch_size=np.array(batch_size),
+                               window_idx=np.array(window_idx))  # fmt: skip
+
+    monkeypatch.setattr(loadcurve, "_context", ctx)
+    monkeypatch.setattr(loadcurve, "simulate_node", sim)
+    return seen
+
+
+def test_start_factor_by_hand(monkeypatch):
+    # window 0: 0.4 / 2 + 0.3 = 0.5 s of work; window 1: 0.6 + 0.2 / 1 = 0.8 s (the peak);
+    # a 2 s window on 2 streams is 4 slot-seconds: peak utilisation 0.2, so factor 0.8 / 0.2
+    seen = _fake_node(monkeypatch, [0.4, 0.3, 0.6, 0.2], [2, 1, 1, 0], [0, 0, 1, 1])
+    s = _stand_in(n=10, span=30.0, node=SimpleNamespace(window_s=2.0, slots=2))
+    assert start_factor(s) == pytest.approx(4.0)
+    assert start_factor(s, target_utilisation=0.5) == pytest.approx(2.5)
+    assert seen == {"factor": 1.0, "r": 0.5}
+    # a trace shorter than a window: utilisation over the trace's span, 0.8 s of work in
+    # 0.25 s on 2 streams is 1.6; the trace starting late changes nothing
+    node = SimpleNamespace(window_s=2.0, slots=2)
+    assert start_factor(_stand_in(n=10, span=0.25, t0=50.0, node=node)) == pytest.approx(0.5)
+    assert start_factor(_stand_in(ts=[7.0, 7.25], node=node)) == pytest.approx(0.5)
+
+
+def test_start_factor_edges(monkeypatch):
+    node = SimpleNamespace(window_s=2.0, slots=1)
+    _fake_node(monkeypatch, [1e-9], [1], [0])  # an idle node: capped at MAX_FACTOR
+    assert start_factor(_stand_in(n=10, node=node)) == MAX_FACTOR
+    _fake_node(monkeypatch, [0.0, 0.0], [1, 1], [0, 0])  # no work at all: factor 1
+    assert start_factor(_stand_in(n=10, node=node)) == 1.0
+    # one request: its span is the window
+    _fake_node(monkeypatch, [0.5], [1], [0])
+    assert start_factor(_stand_in(n=1, node=node)) == pytest.approx(0.8 / (0.5 / 2.0))
+    # requests all at one instant: no span to measure a rate over, factor 1
+    assert start_factor(_stand_in(ts=[3.0, 3.0, 3.0], node=node)) == 1.0
+
+
+# ---- meets: the best-static search --------------------------------------------------------
+
+SLO = 10.0
+ORACLE = SimpleNamespace(coarse_step=0.25)
+CCFG = SimpleNamespace(node=SimpleNamespace(slo_ms=SLO))
+CTX = SimpleNamespace(name="ctx")
+
+
+def _fake_points(monkeypatch, table, oracle=ORACLE):
+    """``table``: r -> (P99 ms, attainment); a spec not of the form static:r is looked up whole."""
+    tried: list[str] = []
+    expected_oracle = oracle
+
+    def fake(ctx, ccfg, spec, oracle):
+        assert (ctx, ccfg, oracle) == (CTX, CCFG, expected_oracle)  # passed through untouched
+        tried.append(spec)
+        key = float(spec.split(":")[1]) if spec.startswith("static:") else spec
+        p99, att = table[key]
+        # window_idx holds the call number, so an answer shows which simulation it came from
+        return SimpleNamespace(overall={"p99_ms": p99, "slo_attainment": att},
+                               sojourn_s=np.array([p99 / 1e3]),
+                               window_idx=np.array([len(tried)]))  # fmt: skip
+
+    monkeypatch.setattr(evaluate, "run_point", fake)
+    return tried
+
+
+def test_a_plain_policy_is_one_simulation(monkeypatch):
+    tried = _fake_points(monkeypatch, {"emb-max": (SLO, 0.95), 0.3: (SLO + 1, 1.0)})
+    ev = evaluate.meets(CTX, CCFG, "emb-max", ORACLE, 0.95)
+    np.testing.assert_array_equal(ev.window_idx, [1])
+    assert ev.passes and ev.p99_ms == SLO and ev.slo_attainment == 0.95  # both bounds inclusive
+    assert math.isnan(ev.ratio) and ev.simulations == 1 and tried == ["emb-max"]
+    assert not evaluate.meets(CTX, CCFG, "emb-max", ORACLE, 0.96).passes
+    assert not evaluate.meets(CTX, CCFG, "static:0.3", ORACLE, 0.5).passes
+    np.testing.assert_array_equal(ev.sojourn_s, [SLO / 1e3])
+
+
+def test_best_static_tries_nearest_the_hint_and_stops_at_the_first_pass(monkeypatch):
+    table = {0.0: (50, 0.5), 0.25: (20, 0.8), 0.5: (30, 0.7), 0.75: (5, 1.0), 1.0: (4, 1.0)}
+    tried = _fake_points(monkeypatch, table)
+    ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.99)
+    # |r - 0.5|: 0.5, then 0.25 and 0.75 (a tie, lower r first); 0.75 passes
+    assert tried == ["static:0.5", "static:0.25", "static:0.75"]
+    assert ev.passes and ev.ratio == 0.75 and ev.simulations == 3
+    assert ev.p99_ms == 5 and ev.slo_attainment == 1.0
+    np.testing.assert_array_equal(ev.sojourn_s, [0.005])
+    np.testing.assert_array_equal(ev.window_idx, [3])  # the third simulation's
+    tried.clear()
+    ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.99, hint=0.9)
+    assert tried == ["static:1"] and ev.ratio == 1.0 and ev.simulations == 1
+
+
+def test_best_static_half_steps_around_the_lowest_p99(monkeypatch):
+    # nothing on the grid passes; the lowest P99 is at 0.25 (a tie with 0.75 on P99 is broken
+    # by the higher attainment); of its half-steps, 0.125 passes
+    table = {0.0: (50, 0.5), 0.25: (20, 0.9), 0.5: (30, 0.7), 0.75: (20, 0.8),
+             1.0: (float("nan"), 0.0), 0.125: (9, 0.995), 0.375: (25, 0.9)}  # fmt: skip
+    tried = _fake_points(monkeypatch, table)
+    ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.99)
+    assert tried == ["static:0.5", "static:0.25", "static:0.75", "static:0", "static:1",
+                     "static:0.375", "static:0.125"]  # fmt: skip
+    assert ev.passes and ev.ratio == 0.125 and ev.simulations == 7 and ev.p99_ms == 9
+    np.testing.assert_array_equal(ev.window_idx, [7])
+    # and when no half-step passes either: the lowest-P99 r, failing, after all seven
+    table[0.125] = (21, 0.9)
+    tried.clear()
+    ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.99)
+    assert len(tried) == 7 and ev.passes is False
+    assert ev.ratio == 0.25 and ev.p99_ms == 20 and ev.slo_attainment == 0.9
+    assert ev.simulations == 7
+    np.testing.assert_array_equal(ev.sojourn_s, [0.02])
+    np.testing.assert_array_equal(ev.window_idx, [2])  # 0.25 was the second simulation
+
+
+def test_best_static_half_steps_stay_inside_zero_one(monkeypatch):
+    # the lowest P99 at r = 1 (a NaN P99 elsewhere ranks last): only 0.875 is added
+    table = {0.0: (math.nan, 0.0), 0.25: (40, 0.5), 0.5: (30, 0.5), 0.75: (20, 0.5),
+             1.0: (11, 0.5), 0.875: (12, 0.5)}  # fmt: skip
+    tried = _fake_points(monkeypatch, table)
+    ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.9)
+    assert tried[5:] == ["static:0.875"] and ev.simulations == 6
+    assert ev.ratio == 1.0 and ev.p99_ms == 11 and not ev.passes
+    # a P99 tie broken by the lower r when attainments tie too
+    table = {0.0: (10.5, 0.5), 0.25: (40, 0.5), 0.5: (30, 0.5), 0.75: (20, 0.5),
+             1.0: (10.5, 0.5), 0.125: (13, 0.5)}  # fmt: skip
+    tried = _fake_points(monkeypatch, table)
+    ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.9)
+    assert tried[5:] == ["static:0.125"] and ev.ratio == 0.0
+
+
+def test_a_nan_p99_tried_first_still_ranks_last(monkeypatch):
+    # hint 0: r = 0 (NaN P99) is simulated first; the lowest P99 is still r = 1
+    table = {0.0: (math.nan, 0.0), 0.25: (40, 0.5), 0.5: (30, 0.5), 0.75: (20, 0.5),
+             1.0: (11, 0.5), 0.875: (12, 0.5)}  # fmt: skip
+    tried = _fake_points(monkeypatch, table)
+    ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.9, hint=0.0)
+    assert tried == ["static:0", "static:0.25", "static:0.5", "static:0.75", "static:1",
+                     "static:0.875"]  # fmt: skip
+    assert ev.ratio == 1.0 and ev.p99_ms == 11
+
+
+def test_a_half_step_already_on_the_grid_is_skipped_not_the_end(monkeypatch):
+    # step 0.4: grid 0, 0.4, 0.8, 1; the lowest P99 at 0.8, half-steps 0.6 and 1.0; tried
+    # nearest the hint 0.95: 1.0 (already simulated, skipped), then 0.6, which passes
+    orc = SimpleNamespace(coarse_step=0.4)
+    table = {0.0: (50, 0.5), 0.4: (40, 0.5), 0.8: (20, 0.5), 1.0: (30, 0.5), 0.6: (9, 1.0)}
+    tried = _fake_points(monkeypatch, table, orc)
+    ev = evaluate.meets(CTX, CCFG, "best-static", orc, 0.9, hint=0.95)
+    assert tried == ["static:1", "static:0.8", "static:0.4", "static:0", "static:0.6"]
+    assert ev.passes and ev.ratio == 0.6 and ev.simulations == 5

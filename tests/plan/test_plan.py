@@ -235,3 +235,82 @@ def test_load_curve_max_qps_agrees_with_a_one_node_plan():
     row = at.capacity.filter(at.capacity["policy"] == "static:0.3")
     assert row["nodes"][0] == 1
     assert above.capacity.filter(above.capacity["policy"] == "static:0.3")["nodes"][0] is None
+
+
+# ---- the frontier, the headroom, the pool rule and the peak asked for -----------------------
+
+
+def _ctx_at(t, cfg, factor):
+    scaled, _ = scale(t, factor, by=cfg.scale_by, window_s=cfg.node.window_s, seed=cfg.seed)
+    return prepare_context(A.from_table(scaled, seed=cfg.seed), GPU, load_model(cfg.model),
+                           brute_latency(), pool_bytes=cfg.pool_bytes)  # fmt: skip
+
+
+def _ratio(policy, r):
+    return {"emb-max": 1.0, "kv-max": 0.0}.get(policy, float(policy.partition(":")[2] or r))
+
+
+def test_the_frontier_is_simulated_at_n_minus_one_to_n_plus_two(small):
+    t, cfg, res = small
+    ctx = _ctx_at(t, cfg, cfg.scale)
+    fr = res.frontier
+    assert fr.height >= 3 and set(fr["step"]) <= {-1, 0, 1, 2}
+    row = res.capacity.sort(["usd_per_day", "nodes", "p99_ms"]).row(0, named=True)
+    assert (fr["policy"][0], fr["router"][0]) == (row["policy"], row["router"])  # the cheapest
+    ev = res.evaluated
+    for f in fr.iter_rows(named=True):
+        e = ev.filter((ev["policy"] == f["policy"]) & (ev["router"] == f["router"])
+                      & (ev["nodes"] == f["nodes"])).row(0, named=True)  # fmt: skip
+        assert (f["passes"], f["p99_ms"]) == (e["passes"], e["p99_ms"])
+        assert f["passes"] == (f["step"] >= 0)
+        r = _ratio(f["policy"], e["ratio"])
+        assert _passes(ctx, r, f["nodes"], f["router"], cfg, res.slo_ms) == f["passes"]
+        assert f["usd_per_day"] == pytest.approx(f["nodes"] * 3.0 * 24)
+
+
+def test_the_headroom_brackets_the_growth_the_fleet_absorbs(small):
+    t, cfg, res = small
+    (h,) = res.headroom.iter_rows(named=True)
+    assert h["growth_lo"] < h["growth_hi"] and h["simulations"] >= 2
+    ev = res.evaluated.filter((res.evaluated["policy"] == h["policy"])
+                              & (res.evaluated["router"] == h["router"])
+                              & (res.evaluated["nodes"] == h["nodes"]))  # fmt: skip
+    r = _ratio(h["policy"], ev["ratio"][0])
+    for g, ok in ((h["growth_lo"], True), (h["growth_hi"], False)):
+        ctx = _ctx_at(t, cfg, cfg.scale * (1 + g))
+        assert _passes(ctx, r, h["nodes"], h["router"], cfg, res.slo_ms) == ok, g
+    assert h["peak_qps_lo"] == pytest.approx(res.scaling.peak_qps_after * (1 + h["growth_lo"]))
+
+
+def test_a_pool_fraction_is_a_share_of_the_trace_as_given():
+    t = small_table(1200, n_users=100, n_items=600, max_new=4, n_candidates=8,
+                    rate_qps=200.0, seed=12)  # fmt: skip
+    cfg = PlanConfig(gpus=("a100-80g",), policies=("emb-max",), routers=("jsq",), slo_ms=5.0,
+                     pool_fraction=0.2, scale=3.0, max_nodes=4, node=NodeConfig(window_s=1.0),
+                     oracle=OracleConfig(coarse_step=0.5), load_refine_steps=0,
+                     headroom_steps=0, n_boot=20)  # fmt: skip
+    res = plan(t, cfg, setups=[GpuSetup(GPU, brute_latency(), None, 1.0)])
+    given = prepare_context(A.from_table(t, seed=cfg.seed), GPU, load_model(cfg.model),
+                            brute_latency(), pool_fraction=0.2)  # fmt: skip
+    scaled = _ctx_at(t, dataclasses.replace(cfg, pool_bytes=10**9), 3.0)
+    assert scaled.footprint_bytes > given.footprint_bytes  # the scaled trace has more users
+    assert res.gpus["pool_bytes"][0] == given.pool_bytes == int(0.2 * given.footprint_bytes)
+    assert res.gpus["footprint_bytes"][0] == scaled.footprint_bytes
+
+
+@pytest.mark.parametrize("by", ["users", "time"])
+def test_the_peak_asked_for_is_the_peak_planned(by):
+    # a trace with a burst: users scaling plans it at full height, within 1% of the target
+    rng = np.random.default_rng(5)
+    base = small_table(2400, n_users=300, n_items=600, max_new=3, n_candidates=4,
+                       rate_qps=40.0, seed=13)  # fmt: skip
+    ts = np.sort(np.concatenate([rng.uniform(0, 60, 1800), rng.uniform(20, 25, 600)]))
+    t = base.set_column(0, "ts_s", __import__("pyarrow").array(ts))
+    cfg = PlanConfig(gpus=("a100-80g",), policies=("emb-max",), routers=("jsq",), slo_ms=50.0,
+                     pool_bytes=3_000_000, peak_qps=777.0, scale_by=by, max_nodes=2,
+                     node=NodeConfig(window_s=5.0), oracle=OracleConfig(coarse_step=0.5),
+                     load_refine_steps=0, headroom_steps=0, frontier=False, n_boot=20)  # fmt: skip
+    res = plan(t, cfg, setups=[GpuSetup(GPU, brute_latency(), None, 1.0)])
+    assert abs(res.scaling.peak_qps_after / 777.0 - 1) <= 0.01
+    assert res.scaling.peak_qps_target == 777.0
+    assert "asked 777" in res.answer[0]

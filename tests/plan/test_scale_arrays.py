@@ -60,6 +60,7 @@ TABLES = {
 @pytest.mark.parametrize(
     ("factor", "by"),
     [(1.0, "users"), (3.0, "users"), (2.37, "users"), (0.31, "users"), (0.6, "users"),
+     (3.0, "users-shifted"), (2.37, "users-shifted"), (0.6, "users-shifted"),
      (4.0, "time"), (0.5, "time")],
 )  # fmt: skip
 def test_scale_arrays_equals_densifying_the_scaled_table(name, factor, by):

@@ -8,9 +8,16 @@ import json
 import numpy as np
 import polars as pl
 import pytest
-from fake_run import make_run
+from fake_run import make_fleet_run, make_run
 
-from helm_plan.report.summary import build_summary, sensitivity_summary, verdict
+from helm_plan.plan.verdict import verdicts
+from helm_plan.report.summary import (
+    build_summary,
+    capacity_bullets,
+    facts,
+    sensitivity_summary,
+    verdict,
+)
 
 
 def _with_p99(run, **p99):
@@ -89,24 +96,44 @@ def test_summary_sections_and_numbers_by_hand():
     json.dumps(s, allow_nan=False)
 
 
-def test_verdict_sentences_carry_the_numbers():
-    v = verdict(make_run())  # every policy serves 97% within the SLO: overloaded first
-    assert v[0].startswith("No policy meets the SLO at this load: the best serves 97.0% of requests "
-                           "within 100.0 ms (a P99 SLO needs 99%).")  # fmt: skip
-    assert v[1] == (
-        "The EMB/KV split matters (against the best static split, the whole pool to EMB gives a "
-        "P99 150.0% above it and the whole pool to KV gives a P99 108.3% above it)."
-    )
-    assert (
-        v[2]
-        == "Best static split: r = 0.50 (EMB share of the pool), P99 12.00 ms, SLO attainment 97.0%."
-    )
-    assert any(x.startswith("Adapting the split per window (throttled refill) cuts P99 by 12.5% "
-                            "against the best static split (95% CI 7.5% to 17.5%)") for x in v)  # fmt: skip
-    gap = 14.0 / 10.5 - 1.0
-    assert gap > 0.02
-    assert v[-1] == ("Refill mode matters: with the oracle schedule, eager (blocking) refill gives "
-                     "P99 14.000 ms, throttled background refill 10.500 ms.")  # fmt: skip
+def test_the_verdict_is_the_plans_answer_then_the_rules_on_the_facts():
+    # every sentence is decided by plan.verdict (its truth table: tests/plan/test_verdict.py)
+    for run in (make_run(), make_fleet_run(), make_run(flat=True)):
+        assert verdict(run) == capacity_bullets(run) + verdicts(facts(run))
+    v = verdict(make_run())  # no plan: one node, best static serves 97% within the SLO
+    assert v[0] == ("One node does not serve the trace within the SLO (P99 12 ms, 97.0% within "
+                    "100 ms): it is overloaded; plan a fleet (--peak-qps / --scale) rather than "
+                    "a different split.")  # fmt: skip
+
+
+def test_facts_read_from_the_run_by_hand():
+    run = make_run()
+    f = facts(run)
+    pol = {r["policy"]: r for r in run.tables["policies"].iter_rows(named=True)}
+    bs = pol["best-static"]["p99_ms"]
+    assert (f.slo_ms, f.max_nodes, f.nodes) == (100.0, None, None)  # no plan
+    assert (f.node_p99_ms, f.node_attainment) == (bs, pol["best-static"]["slo_attainment"])
+    emb, kv = pol["emb-max"]["p99_ms"] / bs - 1, pol["kv-max"]["p99_ms"] / bs - 1
+    assert f.extremes == pytest.approx((emb, kv)) and f.spread == pytest.approx(max(emb, kv))
+    assert (f.ratio, f.robust_ratio, f.band) == (0.5, 0.6, (0.4, 0.8))
+    ad = run.tables["adaptivity"].filter(pl.col("policy") == "adaptive").row(0, named=True)
+    assert f.adapt == (ad["p99_reduction"], ad["ci_low"], ad["ci_high"], ad["confidence"])
+    assert f.refill == (pol["naive-adaptive"]["p99_ms"], pol["adaptive"]["p99_ms"])
+    assert f.fits is False and f.scope == "the trace"
+    # a planned run: the fleet and the analysed node come from the operating point, the node's
+    # figures from the fleet's split replayed on it (the fleet-static row) when there is one
+    fleet = make_fleet_run()
+    op = fleet.meta["operating"]
+    g = facts(fleet)
+    assert (g.nodes, g.max_nodes, g.fleet_p99_ms, g.fleet_ratio) == (
+        op["nodes"], 64, op["fleet_p99_ms"], op["ratio"])  # fmt: skip
+    assert g.scope == "the analysed node's traffic" and g.flat_tol == 0.05
+    row = {"policy": "fleet-static", "p99_ms": 84.0, "slo_attainment": 0.993}
+    pols = pl.concat([fleet.tables["policies"], pl.DataFrame([row])], how="diagonal_relaxed")
+    h = facts(dataclasses.replace(fleet, tables={**fleet.tables, "policies": pols}))
+    assert (h.node_p99_ms, h.node_attainment) == (84.0, 0.993)
+    missed = dataclasses.replace(fleet, meta={**fleet.meta, "operating": {**op, "meets": False}})
+    assert facts(missed).nodes is None
 
 
 def _without(run, *names):
@@ -166,90 +193,8 @@ def test_a_run_with_no_tables_summarises_to_nones():
     assert s["best_static"]["p99_ms"] is None and s["best_static"]["ratio"] == 0.5
     assert set(s["value_of_adaptivity"].values()) == {"adaptive", "best-static", None}
     assert s["sensitivity"]["median_flat_width"] is None
-    assert s["verdict"] == []  # no best-static P99, no labels, no adaptivity row
-
-
-def test_verdict_without_a_baseline_or_a_best_static_ratio():
-    run = _ok(make_run())
-    pol = run.tables["policies"].filter(pl.col("policy") != "best-static")
-    v = verdict(dataclasses.replace(run, tables={**run.tables, "policies": pol}))
-    assert not any("gives a P99" in x or "split matters" in x for x in v)
-    nometa = {k: x for k, x in run.meta.items() if k != "best_static_ratio"}
-    v = verdict(dataclasses.replace(run, meta=nometa))
-    assert not any(x.startswith("Best static split") for x in v)
-    v = verdict(_policies(run, slo_attainment={"best-static": float("nan")}))
-    assert (
-        "Best static split: r = 0.50 (EMB share of the pool), P99 12.00 ms, SLO attainment n/a."
-        in v
-    )
-
-
-def test_verdict_overload_threshold_is_strict():
-    run = make_run()
-    at = run.tables["policies"].with_columns(pl.lit(0.99).alias("slo_attainment"))
-    v = verdict(dataclasses.replace(run, tables={**run.tables, "policies": at}))
-    assert not any("No policy meets the SLO" in x for x in v)
-    v = verdict(make_run())
-    assert v[0].endswith(
-        "The node is overloaded; the answer is more capacity, not a different split."
-    )
-
-
-def test_verdict_flat_split_and_ratio_range_sentences():
-    v = verdict(_ok(make_run(flat=True)))
-    assert v[0] == (
-        "The EMB/KV split hardly matters for this workload and profile: even giving the whole pool "
-        "to one cache stays within 2% of the best static P99 (against the best static split, the "
-        "whole pool to EMB gives a P99 0.0% above it and the whole pool to KV gives a P99 0.0% "
-        "above it). Any reasonable ratio is a valid plan; spend effort elsewhere."
-    )
-    run = _ok(make_run())
-    r = run.tables["labels"]["r_star"]
-    width = float(np.median(run.tables["labels"]["flat_width"].to_numpy()))
-    want = (f"The per-window optimum r* ranges over [{r.min():.2f}, {r.max():.2f}] (moves by "
-            f"{r.max() - r.min():.2f}); in the median window any r within a band {width:.2f} wide "
-            "is within 2% of the best P99.")  # fmt: skip
-    assert want in verdict(run)
-    lab = run.tables["labels"].with_columns(pl.lit(None, pl.Float64).alias("flat_width"))
-    v = verdict(dataclasses.replace(run, tables={**run.tables, "labels": lab}))
-    assert (
-        f"The per-window optimum r* ranges over [{r.min():.2f}, {r.max():.2f}] (moves by {r.max() - r.min():.2f})."
-        in v
-    )
-    assert not any("per-window optimum" in x for x in verdict(_without(run, "labels")))
-
-
-@pytest.mark.parametrize(
-    ("red", "lo", "hi", "conf", "want"),
-    [
-        (-0.2, -0.3, -0.1, 0.95, "Adapting the split per window makes P99 worse by 20.0% (95% CI "
-         "-30.0% to -10.0%): reallocation costs more than it gains here; keep a static split."),
-        (0.1, 0.0, 0.2, 0.9, "Adapting the split per window changes P99 by 10.0%, but the 90% CI "
-         "(0.0% to 20.0%) includes zero: no reliable gain over the best static split."),
-        (-0.1, -0.2, 0.0, 0.95, "Adapting the split per window changes P99 by -10.0%, but the 95% CI "
-         "(-20.0% to 0.0%) includes zero: no reliable gain over the best static split."),
-        (-0.1, -0.2, 0.5, None, "Adapting the split per window changes P99 by -10.0%, but the CI "
-         "(-20.0% to 50.0%) includes zero: no reliable gain over the best static split."),
-        (0.1, None, None, 0.95, "Adapting the split per window changes P99 by 10.0%, but the 95% CI "
-         "(n/a) includes zero: no reliable gain over the best static split."),
-    ],
-)  # fmt: skip
-def test_verdict_adaptivity_sentence_by_ci(red, lo, hi, conf, want):
-    run = _adaptivity(make_run(), p99_reduction=red, ci_low=lo, ci_high=hi, confidence=conf)
-    assert want in verdict(run)
-
-
-def test_verdict_refill_mode_sentence():
-    run = _ok(make_run())
-    same = _policies(run, p99_ms={"naive-adaptive": 10.5})
-    assert verdict(same)[-1] == (
-        "Refill mode hardly matters here: with the oracle schedule, eager (blocking) refill gives "
-        "P99 10.500 ms, throttled background refill 10.500 ms."
-    )
-    # a gap exactly at the tolerance hardly matters: 15/10 - 1 = 0.5
-    at = _policies(run, p99_ms={"naive-adaptive": 15.0, "adaptive": 10.0})
-    at = dataclasses.replace(at, meta={**at.meta, "flat_tol": 0.5})
-    assert verdict(at)[-1].startswith("Refill mode hardly matters here")
-    for missing in ("naive-adaptive", "adaptive"):
-        v = verdict(_policies(run, p99_ms={missing: float("nan")}))
-        assert not any(x.startswith("Refill mode") for x in v)
+    # no policies, labels or adaptivity: only the best static search's meta is left
+    assert s["verdict"] == [
+        "Deploy r = 0.60, the middle of the flat band (band [0.40, 0.80]): every r in it is "
+        "within 2% of the best P99; the argmin r = 0.50 sits near its edge."
+    ]

@@ -104,3 +104,33 @@ def test_batch_terms_add_up_to_the_service_time():
         assert sum(t.values()) == pytest.approx(per_batch.sum(), rel=1e-12)
         assert t["launch"] == pytest.approx(2e-4 * q.n_batches)
         assert t["request"] == pytest.approx(3e-5 * n)
+
+
+def test_a_batch_never_spans_a_blocking_refill_on_a_busy_stream():
+    # The stream is busy until 3 ms (backlog of the previous window); arrivals at 0 and 1 ms,
+    # an eager refill queued at 1.5 ms for 2 ms, a later arrival at 2 ms; batch_max 3,
+    # timeout 2 ms, T(B) = 1 + 0.5·|B| ms. The batch of 0 closes at the refill (1.5 ms) and
+    # waits for the stream (3 ms): {0, 1} runs 3 -> 5. The 2 ms arrival came after the refill
+    # was queued, so it may not jump it, though it arrived before the batch started: the
+    # refill holds the stream 5 -> 7, then {2} runs 7 -> 8.5.
+    arr = np.array([0.0, 1.0, 2.0]) * 1e-3
+    b = serve(arr, *_zeros(3), SIMPLE, batch_max=3, batch_timeout_s=2e-3,
+              block_at_s=np.array([1.5e-3]), block_dur_s=np.array([2e-3]),
+              free_at_s=np.array([3e-3]))  # fmt: skip
+    np.testing.assert_allclose(b.start_s * 1e3, [3.0, 3.0, 7.0])
+    np.testing.assert_allclose(b.finish_s * 1e3, [5.0, 5.0, 8.5])
+    np.testing.assert_array_equal(b.batch_size, [2, 2, 1])
+    assert b.blocked_s == pytest.approx(2e-3) and b.free_at_s[0] == pytest.approx(8.5e-3)
+
+
+def test_a_batch_closes_at_a_queued_blocking_refill_on_an_idle_stream():
+    # Idle stream; arrivals 0, 0.5 ms, refill queued at 1 ms for 2 ms, arrival at 1.5 ms;
+    # batch_max 3 and a 2 ms timeout would close the first batch at 1.5 ms (its 3rd arrival),
+    # but the queue splits at the refill: {0, 0.5} starts at 1 ms (ends 3), the refill holds
+    # the stream 3 -> 5, {1.5} starts at 5 (its timeout, 3.5, is long past) and ends 6.5.
+    arr = np.array([0.0, 0.5, 1.5]) * 1e-3
+    b = serve(arr, *_zeros(3), SIMPLE, batch_max=3, batch_timeout_s=2e-3,
+              block_at_s=np.array([1e-3]), block_dur_s=np.array([2e-3]))  # fmt: skip
+    np.testing.assert_allclose(b.start_s * 1e3, [1.0, 1.0, 5.0])
+    np.testing.assert_allclose(b.finish_s * 1e3, [3.0, 3.0, 6.5])
+    np.testing.assert_array_equal(b.batch_size, [2, 2, 1])

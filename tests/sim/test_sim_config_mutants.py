@@ -30,6 +30,10 @@ def _err(**kw: object) -> str:
         ({"window_s": -1.0}, "window_s must be positive, got -1.0; pass --window-s > 0"),
         ({"slots": 0}, "slots must be a positive integer, got 0"),
         ({"slots": 1.0}, "slots must be a positive integer, got 1.0"),
+        (
+            {"slots": 49},
+            "slots must be at most 48 (a GPU runs at most 48 MPS clients or 7 MIG instances), got 49",
+        ),
         ({"batch_max": 0}, "batch_max must be a positive integer, got 0"),
         ({"batch_max": True}, "batch_max must be a positive integer, got True"),
         (
@@ -95,6 +99,11 @@ def test_boundary_values_are_accepted(kw: dict[str, object]) -> None:
 
 def test_defaults() -> None:
     cfg = NodeConfig()
-    assert (cfg.slo_ms, cfg.window_s, cfg.slots, cfg.batch_max) == (100.0, 10.0, 1, 1)
+    assert (cfg.slo_ms, cfg.window_s, cfg.slots, cfg.batch_max) == (
+        None,
+        10.0,
+        1,
+        1,
+    )  # SLO: the model's
     assert (cfg.batch_timeout_ms, cfg.batching, cfg.refill) == (0.0, "static", "throttled")
     assert (cfg.throttle_share, cfg.warmup_windows) == (0.3, 1)

@@ -10,6 +10,7 @@ written out from the module's contract.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -20,53 +21,53 @@ import pytest
 from helm_plan.errors import ConfigError
 from helm_plan.exec import SerialExecutor
 from helm_plan.oracle import OracleConfig
-from helm_plan.plan import run
+from helm_plan.plan import evaluate, run
 from helm_plan.plan.config import PlanConfig
 from helm_plan.plan.search import Point
 from helm_plan.sim import NodeConfig
 
-# ---- _scaled ---------------------------------------------------------------------------------
+# ---- the planned traffic ---------------------------------------------------------------------
 
 
 @pytest.fixture
 def scaling_calls(monkeypatch):
     seen = []
 
-    def factor_for_ts(ts, *, peak_qps_target, window_s):
-        seen.append(("factor_for", ts, peak_qps_target, window_s))
+    def solve_factor(ts, users, target, *, by, window_s, seed):
+        seen.append(("solve", ts, users, target, by, window_s, seed))
         return 2.75
 
-    def scale_arrays(arrays, k, *, by, window_s, seed, spill_dir):
-        seen.append(("scale", arrays, k, by, window_s, seed, spill_dir))
+    def scale_arrays(arrays, k, *, by, window_s, seed, spill_dir, peak_qps_target):
+        seen.append(("scale", arrays, k, by, window_s, seed, spill_dir, peak_qps_target))
         return "OUT"
 
-    monkeypatch.setattr(run, "factor_for_ts", factor_for_ts)
+    monkeypatch.setattr(run, "solve_factor", solve_factor)
     monkeypatch.setattr(run, "scale_arrays", scale_arrays)
     return seen
 
 
-T = SimpleNamespace(ts_s="TS")  # the arrays: the factor reads their arrival times
+T = SimpleNamespace(ts_s="TS", user_ids=np.array([10, 20]), user=np.array([1, 0, 1]))
 
 
-def test_scaled_by_peak_qps(scaling_calls):
+def test_planned_by_peak_qps_solves_the_factor(scaling_calls):
     cfg = PlanConfig(peak_qps=500.0, scale_by="time", seed=4, spill_dir="/scratch")
-    assert run._scaled(T, cfg, 7.0) == "OUT"
+    assert run.planned_trace(T, cfg, 7.0) == "OUT"
+    (solve, scale) = scaling_calls
+    assert solve[0] == "solve" and solve[1] == "TS" and solve[2].tolist() == [20, 10, 20]
+    assert solve[3:] == (500.0, "time", 7.0, 4)
+    assert scale == ("scale", T, 2.75, "time", 7.0, 4, "/scratch", 500.0)
+
+
+def test_planned_by_factor_or_not_at_all(scaling_calls):
+    run.planned_trace(T, PlanConfig(scale=3.0, seed=2), 5.0)
+    run.planned_trace(T, PlanConfig(), 5.0)
     assert scaling_calls == [
-        ("factor_for", "TS", 500.0, 7.0),
-        ("scale", T, 2.75, "time", 7.0, 4, "/scratch"),
+        ("scale", T, 3.0, "users", 5.0, 2, None, None),
+        ("scale", T, 1.0, "users", 5.0, 0, None, None),
     ]
 
 
-def test_scaled_by_factor_or_not_at_all(scaling_calls):
-    run._scaled(T, PlanConfig(scale=3.0, seed=2), 5.0)
-    run._scaled(T, PlanConfig(), 5.0)
-    assert scaling_calls == [
-        ("scale", T, 3.0, "users", 5.0, 2, None),
-        ("scale", T, 1.0, "users", 5.0, 0, None),
-    ]
-
-
-# ---- _combo ----------------------------------------------------------------------------------
+# ---- _combos ---------------------------------------------------------------------------------
 
 SLO_MS = 20.0
 # per size: (window of each request, sojourn s, p99 ms, attainment); 0.02 s is exactly the SLO
@@ -91,7 +92,7 @@ def meets_calls(monkeypatch):
                                sojourn_s=np.array(soj), window_idx=np.array(idx),
                                ratio=ratio.get(spec, math.nan))  # fmt: skip
 
-    monkeypatch.setattr(run, "meets", meets)
+    monkeypatch.setattr(evaluate, "meets", meets)
     return seen
 
 
@@ -114,46 +115,68 @@ def _shared(starts_r=None, max_nodes=6):
     return (ctxs, ncfg, cfg, starts, r)
 
 
+def _one(shared, gi, spec, router):
+    (combo,) = run._combos(shared, (gi, spec, (router,)))
+    return combo
+
+
 def test_combo_search_counts_and_cluster_config(meets_calls):
     shared = _shared()
-    combo = run._combo(shared, (1, "best-static", "jsq"))
+    combo = _one(shared, 1, "best-static", "jsq")
     ctxs, ncfg, cfg, *_ = shared
     assert (combo.gpu, combo.policy, combo.router) == (1, "best-static", "jsq")
     # start 3 fails, 4 passes: N = 4, then 5 is checked
     assert combo.search.nodes == 4 and not combo.search.non_monotone
-    assert combo.search.evaluated == (Point(3, False, 30.0, 0.6), Point(4, True, 19.0, 0.95),
-                                      Point(5, True, 1.0, 1.0))  # fmt: skip
-    assert [c.ccfg.nodes for c in meets_calls] == [3, 4, 5]
+    assert combo.search.evaluated == (Point(3, False, 30.0, 0.6, 0.3),
+                                      Point(4, True, 19.0, 0.95, 0.4))  # fmt: skip
+    assert [c.ccfg.nodes for c in meets_calls] == [3, 4]
     for c in meets_calls:
         assert c.ctx is ctxs[1] and c.spec == "best-static" and c.oracle is cfg.oracle
         assert c.attainment == 0.9
         assert (c.ccfg.router, c.ccfg.node, c.ccfg.seed) == ("jsq", ncfg, 3)
     # the stored hint first; a passing size's r is the next size's hint
-    assert [c.hint for c in meets_calls] == [0.75, 0.75, 0.4]
+    assert [c.hint for c in meets_calls] == [0.75, 0.75]
     # requests and within-SLO (sojourn <= 0.02 s) per window, four windows each
-    want = {3: ([2, 0, 3, 0], [2, 0, 1, 0], 0.3), 4: ([0, 2, 1, 0], [0, 2, 0, 0], 0.4),
-            5: ([1, 0, 0, 0], [1, 0, 0, 0], 0.5)}  # fmt: skip
-    assert sorted(combo.counts) == [3, 4, 5]
+    want = {3: ([2, 0, 3, 0], [2, 0, 1, 0], 0.3), 4: ([0, 2, 1, 0], [0, 2, 0, 0], 0.4)}
+    assert sorted(combo.counts) == [3, 4]
     for n, (size, met, r) in want.items():
         got = combo.counts[n]
         assert got[0].tolist() == size and got[1].tolist() == met and got[2] == r
         assert got[0].dtype == np.int64 and got[1].dtype == np.int64
 
 
+def test_combo_checks_n_plus_one_when_asked(meets_calls):
+    ctxs, ncfg, cfg, starts, r = _shared()
+    shared = (ctxs, ncfg, dataclasses.replace(cfg, check_monotone=True), starts, r)
+    combo = _one(shared, 1, "best-static", "jsq")
+    assert [c.ccfg.nodes for c in meets_calls] == [3, 4, 5]
+    assert [c.hint for c in meets_calls] == [0.75, 0.75, 0.4]
+    assert combo.counts[5][0].tolist() == [1, 0, 0, 0] and combo.counts[5][2] == 0.5
+
+
 def test_combo_hint_kept_when_no_ratio(meets_calls):
-    run._combo(_shared(), (1, "nan-at-4", "jsq"))
-    assert [c.hint for c in meets_calls] == [0.6, 0.6, 0.6]  # 4 passes with r NaN: kept
+    _one(_shared(), 1, "nan-at-4", "jsq")
+    assert [c.hint for c in meets_calls] == [0.6, 0.6]  # 4 passes with r NaN: kept
     meets_calls.clear()
-    run._combo(_shared(starts_r={}), (1, "emb-max", "jsq"))
-    assert [c.hint for c in meets_calls] == [0.5, 0.5, 0.5]  # no stored r: 0.5
+    _one(_shared(starts_r={}), 1, "emb-max", "jsq")
+    assert [c.hint for c in meets_calls] == [0.5, 0.5]  # no stored r: 0.5
 
 
 def test_combo_max_nodes_from_the_config(meets_calls):
-    combo = run._combo(_shared(max_nodes=4), (1, "best-static", "jsq"))
+    combo = _one(_shared(max_nodes=4), 1, "best-static", "jsq")
     assert combo.search.nodes == 4 and [c.ccfg.nodes for c in meets_calls] == [3, 4]
     meets_calls.clear()
-    combo = run._combo(_shared(max_nodes=3), (1, "best-static", "jsq"))
+    combo = _one(_shared(max_nodes=3), 1, "best-static", "jsq")
     assert combo.search.nodes is None and [c.ccfg.nodes for c in meets_calls] == [3]
+
+
+def test_routers_start_from_the_last_routers_answer(meets_calls):
+    # jsq searches from the first guess (3: fails, 4 passes); helm starts at 4 with the r that
+    # passed there, so it costs its two confirming sizes
+    got = run._combos(_shared(), (1, "best-static", ("jsq", "helm")))
+    assert [(c.router, c.search.nodes) for c in got] == [("jsq", 4), ("helm", 4)]
+    assert [(c.ccfg.router, c.ccfg.nodes, c.hint) for c in meets_calls] == [
+        ("jsq", 3, 0.75), ("jsq", 4, 0.75), ("helm", 4, 0.4), ("helm", 3, 0.4)]  # fmt: skip
 
 
 # ---- plan ------------------------------------------------------------------------------------
@@ -196,8 +219,11 @@ def stubs(monkeypatch):
     monkeypatch.setattr(run, "load_model", rec("load_model", model))
     monkeypatch.setattr(run, "gpu_setups", rec("gpu_setups", lambda cfg, m: [_gs("auto", 1.0)]))
     monkeypatch.setattr(run, "default_policies", lambda: ("best-static", "kv-max"))
-    monkeypatch.setattr(run, "_scaled", rec("_scaled", ("SCALED", SCALING)))
+    monkeypatch.setattr(run, "planned_trace", rec("planned_trace", ("SCALED", SCALING)))
+    monkeypatch.setattr(run, "gpu_pools", rec("gpu_pools", lambda t, c, m, s: [
+        f"POOL-{x.gpu.name}" for x in s]))  # fmt: skip
     monkeypatch.setattr(run, "from_table", rec("from_table", "ARRAYS"))
+    monkeypatch.setattr(run, "require_rate", rec("require_rate", None))
     pools = iter([111, 222, 333])
     monkeypatch.setattr(run, "prepare_context",
                         rec("prepare_context", lambda *a, **kw: _ctx(pool=next(pools))))  # fmt: skip
@@ -211,9 +237,10 @@ def stubs(monkeypatch):
         return SimpleNamespace(max_qps={p: MAX_QPS[p] for p in policies},
                                ratio_at_max={p: RATIO[p] for p in policies if p in RATIO})  # fmt: skip
 
-    def combo(shared, item):
-        log.combos.append((shared, item))
-        return ("COMBO", *item)
+    def combos(shared, item):
+        gi, p, routers = item
+        log.combos += [(shared, (gi, p, r)) for r in routers]
+        return [("COMBO", gi, p, r) for r in routers]
 
     def build_result(*a):
         log.built = a
@@ -221,7 +248,7 @@ def stubs(monkeypatch):
 
     monkeypatch.setattr(run, "start_factor", start_factor)
     monkeypatch.setattr(run, "load_curve", load_curve)
-    monkeypatch.setattr(run, "_combo", combo)
+    monkeypatch.setattr(run, "_combos", combos)
     monkeypatch.setattr(run, "build_result", build_result)
     log.model = model
     return log
@@ -237,7 +264,8 @@ def _plan_cfg(**kw):
             "routers": ("helm", "jsq", "helm"), "baseline_router": "jsq", "max_nodes": 9,
             "pool_bytes": 1000, "pool_fraction": None, "attainment": 0.97, "seed": 5,
             "load_refine_steps": 3, "load_max_requests": 777, "scale_by": "time",
-            "node": NodeConfig(window_s=5.0), "oracle": OracleConfig(coarse_step=0.25)}  # fmt: skip
+            "node": NodeConfig(window_s=5.0), "oracle": OracleConfig(coarse_step=0.25),
+            "frontier": False, "headroom_steps": 0}  # fmt: skip
     return PlanConfig(**(base | kw))
 
 
@@ -249,13 +277,20 @@ def test_plan_hands_every_step_its_arguments(stubs):
     names = [c[0] for c in stubs.calls]
     assert "gpu_setups" not in names  # the given setups replace cfg's GPUs
     assert stubs.calls[0] == ("load_model", ("some-model",), {})
-    (_, (table, cfg_seen, window_s), _) = next(c for c in stubs.calls if c[0] == "_scaled")
+    (_, (table, cfg_seen, window_s), _) = next(c for c in stubs.calls if c[0] == "planned_trace")
     assert (table, cfg_seen, window_s) == ("TABLE", cfg, 5.0)
     assert "from_table" not in names  # arrays are scaled as they are
+    # the pools come from the trace as given, before the scaling (the one pool rule)
+    assert names.index("gpu_pools") < names.index("planned_trace")
+    assert next(c for c in stubs.calls if c[0] == "gpu_pools")[1] == ("TABLE", cfg, stubs.model,
+                                                                        setups)  # fmt: skip
+    # the arrays are checked for an arrival rate before they are scaled
+    assert names.index("require_rate") < names.index("planned_trace")
+    assert next(c for c in stubs.calls if c[0] == "require_rate")[1] == ("TABLE",)
     pcs = [c for c in stubs.calls if c[0] == "prepare_context"]
     assert [c[1:] for c in pcs] == [
         (("SCALED", s.gpu, stubs.model, s.latency),
-         {"pool_bytes": 1000, "pool_fraction": None, "latency_profile": s.latency_profile})
+         {"pool": f"POOL-{s.gpu.name}", "latency_profile": s.latency_profile})
         for s in setups
     ]  # fmt: skip
     # the node config: the config's node with the model's default SLO
@@ -275,11 +310,11 @@ def test_plan_hands_every_step_its_arguments(stubs):
         ("g1", ["emb-max", "best-static"], [4.0, 8.0, 16.0], 3),
     ]
     assert all(lc[4] is ex and lc[5] is prog for lc in stubs.lc)
-    # the combos: every GPU x policy x router, routers deduplicated in order
+    # the combos: every GPU x policy, each over the routers (deduplicated in order)
     (call,) = ex.calls
-    assert call.items == [(g, p, r) for g in (0, 1) for p in ("emb-max", "best-static")
-                          for r in ("helm", "jsq")]  # fmt: skip
-    assert call.progress is prog and call.label((1, "emb-max", "helm")) == "g1 emb-max helm"
+    assert call.items == [(g, p, ("helm", "jsq")) for g in (0, 1)
+                          for p in ("emb-max", "best-static")]  # fmt: skip
+    assert call.progress is prog and call.label((1, "emb-max", ("helm",))) == "g1 emb-max"
     ctxs, ncfg2, cfg2, starts, starts_r = call.shared
     # the contexts are shared before the combos, and the shared view is what is used after
     ((given, view),) = ex.views
@@ -291,24 +326,24 @@ def test_plan_hands_every_step_its_arguments(stubs):
     # best-static's r at its maximum load; NaN or none -> 0.5
     assert starts_r == {(0, "emb-max"): 0.5, (0, "best-static"): 0.25, (1, "emb-max"): 0.5,
                         (1, "best-static"): 0.25}  # fmt: skip
-    assert [it for _, it in stubs.combos] == call.items
+    assert [it for _, it in stubs.combos] == [(g, p, r) for g, p, rs in call.items for r in rs]
     built = stubs.built
     assert built[0] is cfg and built[1] == ncfg and built[2] is SCALING and built[3] == setups
     assert (
         built[4] is ctxs
         and [lc.max_qps for lc in built[5]] == [{"emb-max": 30.0, "best-static": 12.5}] * 2
     )
-    assert built[6] == [("COMBO", *it) for it in call.items]
-    assert built[7:] == (("emb-max", "best-static"), ("helm", "jsq"))
+    assert built[6] == [("COMBO", *it) for _, it in stubs.combos]
+    assert built[7:] == (("emb-max", "best-static"), ("helm", "jsq"), [])
 
 
 def test_plan_densifies_a_table_with_the_plan_seed_first(stubs):
     table = pa.table({"ts_s": [0.0, 1.0]})
     run.plan(table, _plan_cfg(), setups=[_gs("g0", 2.0)])
     names = [c[0] for c in stubs.calls]
-    assert names.index("from_table") < names.index("_scaled")
+    assert names.index("from_table") < names.index("planned_trace")
     assert next(c for c in stubs.calls if c[0] == "from_table")[1:] == ((table,), {"seed": 5})
-    assert next(c for c in stubs.calls if c[0] == "_scaled")[1][0] == "ARRAYS"
+    assert next(c for c in stubs.calls if c[0] == "planned_trace")[1][0] == "ARRAYS"
 
 
 def test_plan_slo_max_nodes_and_no_load_curve(stubs):
@@ -316,7 +351,7 @@ def test_plan_slo_max_nodes_and_no_load_curve(stubs):
                     routers=("jsq",), pool_bytes=None, pool_fraction=0.25)  # fmt: skip
     run.plan("TABLE", cfg, setups=[_gs("g0", 2.0)])
     (pc,) = [c for c in stubs.calls if c[0] == "prepare_context"]
-    assert pc[2]["pool_bytes"] is None and pc[2]["pool_fraction"] == 0.25
+    assert pc[2]["pool"] == "POOL-g0"
     ls, pols, factors, steps, ex, prog = stubs.lc[0]
     assert ls.node.slo_ms == 9.0
     assert factors == [4.0] and steps == 2  # the start factor alone, two bisections

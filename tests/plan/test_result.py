@@ -1,5 +1,5 @@
 """The plan's answer (``plan/result.py``) from hand-made searches, against hand-worked tables,
-a brute-force bootstrap and hand-written sentences (issue 16, item 4).
+a brute-force bootstrap and hand-written sentences.
 
 Every figure here is worked out by hand or recomputed by plain Python loops over the per-window
 counts: a replicate's minimal size is the smallest evaluated size from which every evaluated
@@ -19,6 +19,7 @@ import pytest
 
 from helm_plan.plan import result as R
 from helm_plan.plan.config import PlanConfig
+from helm_plan.plan.frontier import headroom_table
 from helm_plan.plan.loadcurve import LoadCurve
 from helm_plan.plan.result import Combo, PlanResult
 from helm_plan.plan.scale import Scaling
@@ -374,12 +375,14 @@ def test_build_result_tables_by_hand():
         {"gpu": "g1", "policy": "hill-climb", "max_qps": 5.0, "lower_bound": False},
     ]
     assert isinstance(res.answer, tuple)
-    assert res.answer[0] == (
-        "Planned for 100 req/s mean, 150 req/s in the busiest window "
-        "(trace scaled x2.5 by users), P99 <= 7.5 ms for 95.0% of requests."
+    assert res.answer[0].startswith("Planned traffic: 150 req/s in the busiest 10 s window, 100 "
+                                    "req/s mean; the trace scaled x2.5 by users: ")  # fmt: skip
+    assert res.answer[0].endswith(
+        "Target: P99 <= 7.5 ms for 95.0% of requests (the model's default SLO)."
     )
-    assert res.answer[1] == ("Cheapest: 1 x g0 with best-static behind helm, $48/day "
-                             "($5.56 per million requests).")  # fmt: skip
+    assert res.answer[1] == ("Cheapest: 1 x g0 with best-static behind helm: $48/day, $5.56 per "
+                             "million requests at the planned mean of 100 req/s (the fleet is "
+                             "sized for the busiest window, 150 req/s).")  # fmt: skip
 
 
 def test_build_result_savings_by_hand():
@@ -416,7 +419,7 @@ def test_build_result_types_columns_from_every_row():
             ["best-static", *(f"p{i}" for i in range(100))]]  # fmt: skip
     last = Combo(0, "emb-max", "jsq", Search(2, _pts((2, True, 6.5, 0.96))), _counts(2, [2], {}))
     curve = LoadCurve(pl.DataFrame({"policy": ["emb-max"], "qps": [1.0]}), {}, 1.0)
-    res = R.build_result(cfg, NodeConfig(window_s=2.0), Scaling("users", 1, 1, 1, 1, 1, 1, 1, 1),
+    res = R.build_result(cfg, NodeConfig(window_s=2.0, slo_ms=100.0), Scaling("users", 1, 1, 1, 1, 1, 1, 1, 1),
                          [_setup("g0", 2.0)], [_ctx(1, 1, N_W)], [curve], [*none, last], (),
                          ())  # fmt: skip
     assert res.capacity.height == 102 and res.capacity["p99_ms"][0] is None
@@ -501,8 +504,8 @@ def test_savings_comparisons_need_their_reference():
 
 
 def _res(capacity, gpus, savings, **cfg_kw):
-    cfg = _cfg(max_nodes=16, ci_level=0.9, attainment=0.99, **cfg_kw)
-    scaling = Scaling("users", 2.5, 500.0, 1234.6, 900.0, 2000.0, 10, 25, 500)
+    cfg = _cfg(max_nodes=16, ci_level=0.9, attainment=0.99, slo_ms=7.5, **cfg_kw)
+    scaling = Scaling("users", 2.5, 500.0, 1234.6, 900.0, 2000.0, 10, 25, 500, jitter_s=1.0)
     cap = pl.DataFrame(capacity, infer_schema_length=None)
     return PlanResult(
         cfg,
@@ -514,6 +517,8 @@ def _res(capacity, gpus, savings, **cfg_kw):
         pl.DataFrame(savings, schema=SAV_COLS),
         pl.DataFrame(),
         pl.DataFrame(),
+        pl.DataFrame(),
+        headroom_table([], 0.0),
         (),
     )
 
@@ -531,8 +536,12 @@ def _cap(gpu, policy, router, nodes, usd, p99, per_m=0.123456, non_monotone=Fals
     }
 
 
-HEAD = ("Planned for 1,235 req/s mean, 2,000 req/s in the busiest window (trace scaled x2.5 by "
-        "users), P99 <= 7.5 ms for 99.0% of requests.")  # fmt: skip
+HEAD = ("Planned traffic: 2,000 req/s in the busiest 10 s window, 1,235 req/s mean; the trace "
+        "scaled x2.5 by users: the trace's users cloned K times on the trace's own timeline (each "
+        "clone offset by under 1 s): at every instant the planned rate is K times the trace's, so "
+        "its bursts are planned at full height. Target: P99 <= 7.5 ms for 99.0% of requests.")  # fmt: skip
+CHEAP = ("at the planned mean of 1,235 req/s (the fleet is sized for the busiest window, 2,000 "
+         "req/s).")  # fmt: skip
 
 
 def test_answer_nothing_meets_the_slo():
@@ -540,8 +549,8 @@ def test_answer_nothing_meets_the_slo():
     res = _res(cap, [{"gpu": "g0", "fits": True}], [])
     assert R.answer_sentences(res) == [
         HEAD,
-        "No combination meets the SLO within 16 nodes per GPU kind: raise --max-nodes or relax "
-        "--slo-ms.",
+        "No combination meets the SLO within 16 nodes per GPU kind: the traffic overloads every "
+        "fleet considered; raise --max-nodes or relax --slo-ms.",
     ]
 
 
@@ -582,22 +591,54 @@ def test_answer_sentences_in_full():
         _sav("g1", "routing", "best-static", "helm", "affinity", -2, -3.0, -1.0),
     ]  # fmt: skip
     got = R.answer_sentences(_res(cap, gpus, sav))
+    fits = ("the whole EMB+KV footprint of the planned traffic fits one pool, so the caches do "
+            "not compete: any split that gives each cache its footprint serves every hit.")  # fmt: skip
     assert got == [
         HEAD,
-        "Cheapest: 3 x g0 with emb-max behind helm, $2,400/day ($0.123 per million requests).",
-        "On g0 the trace's whole EMB+KV footprint fits in one node's pool, so the split does not "
-        "matter here; use --pool-fraction, --scale or synth --like --scale to study a larger "
-        "workload.",
-        "On g1 every planned policy and router needs 1 node: any split works; buy 1 GPU.",
-        "On g2 every planned policy and router needs 2 nodes: any split works; buy 2 GPUs.",
-        "On g3 the trace's whole EMB+KV footprint fits in one node's pool, so the split does not "
-        "matter here; use --pool-fraction, --scale or synth --like --scale to study a larger "
-        "workload.",
+        "Cheapest: 3 x g0 with emb-max behind helm: $2,400/day, $0.123 per million requests "
+        + CHEAP,
+        # g0 plans best static, emb-max and kv-max, but kv-max only behind helm: no split claim
+        "On g0: " + fits,
+        "On g3: " + fits,
         "g0: emb-max over best-static behind jsq saves +1 nodes (90% CI -1 to +2).",
         "g0: helm routing over jsq with emb-max saves +0 nodes.",
         "g1: helm routing over affinity with best-static saves -2 nodes (90% CI -3 to -1).",
         "Some rows are non-monotone in fleet size (a larger fleet failed): see 'non_monotone' and "
         "the evaluated sizes.",
+    ]
+
+
+def test_answer_the_split_and_the_fleet_size():
+    # g0 sizes all three static splits behind jsq alike; g1's extremes need more nodes
+    cap = [
+        _cap("g0", "best-static", "jsq", 2, 100.0, 1.0), _cap("g0", "emb-max", "jsq", 2, 100.0, 1.0),
+        _cap("g0", "kv-max", "jsq", 2, 100.0, 1.0), _cap("g0", "kv-max", "helm", 3, 150.0, 1.0),
+        _cap("g1", "best-static", "jsq", 3, 300.0, 1.0), _cap("g1", "emb-max", "jsq", 5, 500.0, 1.0),
+        _cap("g1", "kv-max", "jsq", None, None, None, None),
+    ]  # fmt: skip
+    got = R.answer_sentences(_res(cap, [{"gpu": "g0", "fits": False},
+                                        {"gpu": "g1", "fits": False}], []))  # fmt: skip
+    assert got[2:] == [
+        "On g0: the split does not change the fleet size: best static, emb-max and kv-max all "
+        "need 2 nodes.",
+        "On g1: the split changes the fleet size: best-static 3, emb-max 5, kv-max none nodes.",
+    ]
+
+
+def test_null_savings_collapse_into_one_sentence():
+    cap = [_cap("g0", "best-static", "jsq", 1, 100.0, 1.0)]
+    nulls = [_sav(g, "adaptive", r, "controller", "best-static", 0, 0.0, 0.0)
+             for g in ("g0", "g1") for r in ("jsq", "helm")]  # fmt: skip
+    nulls.append(_sav("g0", "routing", "best-static", "helm", "jsq", 0, 0.0, 0.0))
+    got = R.answer_sentences(_res(cap, [{"gpu": "g0", "fits": False}], nulls))
+    assert got[2:] == ["No saving from adaptivity or helm routing in all 5 comparisons on g0, "
+                       "g1: each saves 0 nodes (90% CI 0 to 0)."]  # fmt: skip
+    real = _sav("g1", "adaptive", "jsq", "controller", "best-static", 1, 0.0, 2.0)
+    got = R.answer_sentences(_res(cap, [{"gpu": "g0", "fits": False}], [*nulls, real]))
+    assert got[2:] == [
+        "g1: controller over best-static behind jsq saves +1 nodes (90% CI +0 to +2).",
+        "No saving from adaptivity or helm routing in the other 5 comparisons on g0, g1: each "
+        "saves 0 nodes (90% CI 0 to 0).",
     ]
 
 
@@ -607,8 +648,7 @@ def test_answer_non_monotone_only_counts_planned_rows():
     got = R.answer_sentences(_res(cap, [{"gpu": "g0", "fits": False}], []))
     assert got == [
         HEAD,
-        "Cheapest: 2 x g0 with emb-max behind jsq, $100/day ($0.123 per million requests).",
-        "On g0 every planned policy and router needs 2 nodes: any split works; buy 2 GPUs.",
+        "Cheapest: 2 x g0 with emb-max behind jsq: $100/day, $0.123 per million requests " + CHEAP,
     ]
 
 
@@ -619,7 +659,8 @@ def test_plan_doc_by_hand():
     res, cfg, scaling = _build()
     doc = R.plan_doc(res)
     assert list(doc) == ["schema_version", "config", "slo_ms", "scaling", "gpus", "capacity",
-                         "savings", "load_curve", "max_qps", "evaluated", "answer"]  # fmt: skip
+                         "savings", "load_curve", "max_qps", "frontier", "headroom", "evaluated",
+                         "answer"]  # fmt: skip
     assert doc["schema_version"] == 1 and R.SCHEMA_VERSION == 1
     assert doc["config"]["gpus"] == ("g0", "g1") and doc["config"]["max_nodes"] == 9
     assert doc["config"]["node"]["window_s"] == 10.0  # the config's own node, a nested dict

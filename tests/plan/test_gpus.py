@@ -1,4 +1,4 @@
-"""plan/gpus.py: which GPUs a plan compares, at what price (issue 16 item 4, mutation)."""
+"""plan/gpus.py: which GPUs a plan compares, at what price."""
 
 from __future__ import annotations
 

@@ -1,0 +1,178 @@
+"""The guard: a losing base policy is pulled back to the anchor, on one node and in a cluster."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from controller_fixtures import NODE, small_ctx
+
+from helm_plan.controller.env import SHIFTS
+from helm_plan.controller.features import CURVE_POINTS, N_FEATURES, RATIO_INDEX, CurveState
+from helm_plan.controller.guard import Guard
+from helm_plan.controller.policy import ControllerPolicy
+from helm_plan.controller.runtime import Controller, RuntimeConfig
+from helm_plan.sim import simulate_node
+
+GRID = np.linspace(0.0, 1.0, CURVE_POINTS)
+
+
+def _actor(shift: float) -> Controller:
+    """An actor that always picks ``shift`` (zero weights, one biased action)."""
+    b1 = np.zeros(len(SHIFTS))
+    b1[SHIFTS.index(shift)] = 1.0
+    w = {"W0": np.zeros((4, N_FEATURES)), "b0": np.zeros(4),
+         "W1": np.zeros((len(SHIFTS), 4)), "b1": b1}  # fmt: skip
+    return Controller(w, np.array(SHIFTS), RuntimeConfig(adapter=False, burst=False))
+
+
+def _curve(values: dict[float, float]) -> np.ndarray:
+    """A gain curve: piecewise linear through ``values`` (ratio -> log P99 gain)."""
+    xs = sorted(values)
+    return np.interp(GRID, xs, [values[x] for x in xs])
+
+
+def _smoothed(c: np.ndarray) -> CurveState:
+    s = CurveState()
+    s.update(c)
+    return s
+
+
+def test_prediction_gate_serves_the_anchor_unless_the_curve_backs_the_move():
+    g = Guard(anchor=0.3, enter_margin=0.01)
+    flat = np.zeros(CURVE_POINTS)
+    # the curve says 0.8 beats 0.3 by 0.5%: under the margin, the anchor is served
+    c = _smoothed(_curve({0.0: 0.0, 0.3: 0.0, 0.8: 0.005, 1.0: 0.0}))
+    assert g.step(0.8, 0.3, flat, c) == 0.3 and g.overrides == 1
+    # by 5%: the move is served
+    c = _smoothed(_curve({0.0: 0.0, 0.3: 0.0, 0.8: 0.05, 1.0: 0.0}))
+    assert g.step(0.8, 0.3, flat, c) == 0.8 and g.overrides == 1
+    # a proposal at the anchor is never an override
+    assert g.step(0.3, 0.8, None, c) == 0.3 and g.overrides == 1
+
+
+def test_evidence_falls_back_with_hysteresis():
+    g = Guard(anchor=0.3, enter_margin=0.01, exit_margin=0.01, evidence_alpha=0.5,
+              hold_windows=3, rearm_windows=2)  # fmt: skip
+    backs = _smoothed(_curve({0.0: 0.0, 0.3: 0.0, 0.8: 0.05, 1.0: 0.0}))
+    # window served at 0.8: its own counterfactual says the anchor would have been 3% faster
+    lost = _curve({0.0: 0.0, 0.3: 0.03, 0.8: 0.0, 1.0: 0.0})
+    out = [g.step(0.8, 0.3, np.zeros(CURVE_POINTS), backs)]  # engaged: the move is served
+    assert out == [0.8] and g.evidence == 0.0
+    out.append(g.step(0.8, 0.8, lost, backs))  # evidence 0.5·0.03 = 0.015 > 0.01: fall back
+    assert g.fallback and g.evidence == pytest.approx(0.015)
+    # held for 3 windows even though the prediction backs the move, then re-armed after 2
+    # windows in a row whose prediction clears the margin (here every one)
+    for _ in range(4):
+        out.append(g.step(0.8, out[-1], np.zeros(CURVE_POINTS), backs))
+    assert out == [0.8, 0.3, 0.3, 0.3, 0.8, 0.8]
+    assert g.fallback_windows == 3 and not g.fallback
+    # a prediction that stops backing the move keeps it from re-arming
+    g2 = Guard(anchor=0.3, enter_margin=0.01, exit_margin=0.01, hold_windows=1, rearm_windows=2)
+    g2.step(0.8, 0.8, lost, backs)
+    flat = _smoothed(np.zeros(CURVE_POINTS))
+    seq = [g2.step(0.8, 0.3, None, c) for c in (flat, backs, backs)]
+    assert seq == [0.3, 0.3, 0.8]
+
+
+def test_online_anchor_is_the_best_of_the_mean_curve():
+    g = Guard()  # no anchor given
+    g.reset(0.5)
+    assert g.anchor == 0.5
+    a = _curve({0.0: 0.0, 0.2: 0.04, 1.0: 0.0})
+    b = _curve({0.0: 0.0, 0.9: 0.02, 1.0: 0.0})
+    g.step(0.5, 0.5, a, _smoothed(a))
+    assert g.anchor == pytest.approx(0.2)
+    g.step(0.5, 0.5, b, _smoothed(b))  # mean: 0.2 -> 0.02 + 0.2/0.9·0.01, 0.9 -> 0.01 + ...
+    mean = (a + b) / 2
+    assert g.anchor == pytest.approx(GRID[int(np.argmax(mean))])
+
+
+def _losing_run(ctx, cfg, guard: bool, anchor: float):
+    ctrl = _actor(-0.5)  # always pushes r down: toward KV only, the worst split of this trace
+    if not guard:
+        ctrl = ctrl.with_config(RuntimeConfig(adapter=False, burst=False, guard=False))
+    return ControllerPolicy(ctx, cfg, ctrl, "losing", anchor=anchor)
+
+
+def test_losing_base_policy_is_pulled_back_on_one_node():
+    ctx = small_ctx()
+    static = simulate_node(ctx, np.array([0.5]), NODE)
+    bad = simulate_node(ctx, _losing_run(ctx, NODE, False, 0.5), NODE)
+    assert bad.p99_ms > 1.3 * static.p99_ms  # the base policy alone loses badly
+    pol = _losing_run(ctx, NODE, True, 0.5)
+    good = simulate_node(ctx, pol, NODE)
+    assert good.p99_ms <= 1.01 * static.p99_ms
+    assert np.all(good.ratios[good.measured_from_window :] == 0.5)
+    st = good.policy_stats
+    assert st["decisions"] == len(good.ratios) - 1 and st["guard_overrides"] == st["decisions"]
+
+
+def test_losing_base_policy_is_pulled_back_inside_a_cluster():
+    from helm_plan.cluster import ClusterConfig, simulate_cluster
+
+    ctx = small_ctx()
+    cfg = ClusterConfig(nodes=4, router="jsq", node=NODE)
+    static = simulate_cluster(ctx, 0.5, cfg)
+    pols = [_losing_run(ctx, NODE, False, 0.5) for _ in range(4)]
+    bad = simulate_cluster(ctx, pols, cfg)
+    assert bad.p99_ms > 1.3 * static.p99_ms
+    pols = [_losing_run(ctx, NODE, True, 0.5) for _ in range(4)]
+    good = simulate_cluster(ctx, pols, cfg)
+    assert good.p99_ms <= 1.01 * static.p99_ms
+    # every node measured its own windows: the guard saw a curve each time, not nothing
+    for p in pols:
+        assert p.controller.guard.decisions == ctx.n_windows(NODE.window_s) - 1
+        assert p.controller.curve.seen and np.ptp(p.controller.curve.curve) > 0
+
+
+def test_cluster_nodes_measure_their_own_requests():
+    # the old loop gave a node's policy no requests to measure (its window is not a span of the
+    # trace): now every node's ghost sees exactly the requests it served
+    from helm_plan.cluster import ClusterConfig, simulate_cluster
+
+    ctx = small_ctx()
+    seen: list[list[np.ndarray]] = [[] for _ in range(3)]
+
+    class Spy(ControllerPolicy):
+        def decide(self, obs):
+            if obs.last is not None:
+                seen[self.k].append(obs.served)
+            return super().decide(obs)
+
+    pols = []
+    for k in range(3):
+        p = Spy(ctx, NODE, _actor(0.0), "spy", anchor=0.5)
+        p.k = k
+        pols.append(p)
+    res = simulate_cluster(ctx, pols, ClusterConfig(nodes=3, router="random", node=NODE))
+    got = np.concatenate([np.concatenate(s) for s in seen])
+    # every request of every window but the last (no decision after it), each once
+    last = int(np.searchsorted(res.window_idx, res.window_idx.max()))
+    assert np.array_equal(np.sort(got), np.arange(last))
+    for k in range(3):
+        for idx in seen[k]:
+            assert np.all(res.node[idx] == k) and np.all(np.diff(idx) > 0)
+
+
+def test_latency_is_the_runtime_timer_and_matches_a_manual_one():
+    ctrl = _actor(0.0)
+    rng = np.random.default_rng(0)
+    xs = [rng.random(N_FEATURES) for _ in range(500)]
+    for x in xs:
+        x[RATIO_INDEX] = 0.5
+    ctrl.reset()
+    t0 = time.perf_counter_ns()
+    for x in xs:
+        ctrl.step(x, None)
+    total = time.perf_counter_ns() - t0
+    own = np.array(ctrl.latency_ns)
+    assert len(own) == len(xs) and np.all(own > 0)
+    # the runtime's own timer covers each call's body: never more than the manual timer around
+    # the loop, and most of it (the loop itself costs little next to a step)
+    assert own.sum() <= total and own.sum() >= 0.5 * total
+    lat = ctrl.decision_latency_us()
+    assert lat["n"] == len(xs) and lat["median"] == pytest.approx(np.median(own) / 1e3)
+    ctrl.reset()
+    assert ctrl.latency_ns == [] and ctrl.decision_latency_us()["n"] == 0
