@@ -15,6 +15,7 @@ from helm_plan_cli.options import (
     SeedOptionalOpt,
     WorkersOptionalOpt,
 )
+from helm_plan_cli.files import guard
 from helm_plan_cli.output import emit_json, emit_table
 from helm_plan_cli.progress import task
 from rich.table import Table
@@ -23,7 +24,6 @@ from helm_plan import atlas
 from helm_plan.config import load_plan
 from helm_plan.errors import ConfigError
 from helm_plan.exec import get_executor
-from helm_plan.io import check_output
 
 OUTPUTS = ("atlas.html", "cells.csv", "cells.parquet", "atlas.json")
 """Files `atlas` writes into its folder (each atomically)."""
@@ -73,8 +73,7 @@ def atlas_command(
     if export is not None:
         _export(cfg, out, export, as_json)
         return
-    for name in OUTPUTS:
-        check_output(out / name, config)
+    guard(inputs=[config], run_dir=out, run_files=OUTPUTS)
     with (
         get_executor(executor or "local", 1 if workers is None else workers, ray_address) as ex,
         task("atlas cells", quiet=quiet or as_json) as tick,

@@ -207,10 +207,12 @@ def measure(cell: Cell, cfg: AtlasConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     s = setup(cell, cfg)
     ctx, ncfg, ocfg = s.ctx, s.node, s.oracle
-    labels = label_windows(ctx, ncfg, ocfg)
+    # analyze's searches (no coarse grid: r* and the band, best static by bracketing), so a
+    # cell is what `analyze --no-capacity` says of it
+    labels = label_windows(ctx, ncfg, ocfg, grid=False)
     runs = StaticRuns(ctx, ncfg)
     runs.get([0.0, 1.0])
-    bs = best_static(ctx, ncfg, ocfg, runs=runs)
+    bs = best_static(ctx, ncfg, ocfg, runs=runs, grid=False)
     static = runs.get([bs.ratio])[0]
     built = parse_policy("adaptive").build(ctx, ncfg, PolicyEnv(oracle=ocfg, labels=labels))
     adaptive = simulate_node(ctx, built.policy, dataclasses.replace(ncfg, refill=built.refill))

@@ -22,7 +22,7 @@ from helm_plan._data import data_dir
 from helm_plan._version import __version__
 from helm_plan.atlas.config import AXES, AtlasConfig, Cell
 from helm_plan.atlas.run import AtlasResult
-from helm_plan.report.html import f_fixed, f_num, f_pct, f_text, table
+from helm_plan.report.page import f_fixed, f_num, f_pct, f_text, table
 
 METRICS = {
     "oracle_gain": ("oracle gain vs best static (P99)", "pct"),
