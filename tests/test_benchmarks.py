@@ -33,6 +33,8 @@ class Case:
     """Lines (or parts of lines) the script must print on stdout."""
     setup: Callable[[Path], list[str]] | None = None
     """Prepares inputs in the scratch folder; returns more arguments."""
+    data: bool = False
+    """Reads the public logs (skips with a reason without them, fails under CI)."""
 
     def argv(self, d: Path) -> list[str]:
         extra = self.setup(d) if self.setup else []
@@ -213,6 +215,17 @@ CASES = {
         "--requests-peer 300 --trials 1 --workers 1 --duration-s 5",
         ("same per-request misses", "whole trace, ratio changing every 2 windows", "oracle: "),
     ),
+    "bench_traffic_model": Case(
+        "bench_traffic_model",
+        "--users 100 --k 2 --qps 60 --max-nodes 6",
+        (
+            "| traffic model | planned peak req/s | N (ours) |",
+            "| users | ",
+            "| users-shifted | ",
+            "| time | ",
+        ),
+        data=True,
+    ),
     "bench_synth": Case(
         "bench_synth",
         "--requests 2000 --big-requests 2000 --catalog-items 100000 --catalog-requests 1000 "
@@ -250,6 +263,10 @@ def test_benchmark_runs(name: str, scratch: Path) -> None:
         p for p in (str(REPO), str(BENCH), os.environ.get("PYTHONPATH", "")) if p
     )  # this tree's helm_plan, and the scripts' imports of one another
     env = {**os.environ, "PYTHONPATH": path, "TMPDIR": str(scratch), "COLUMNS": "200"}
+    if case.data:
+        from conftest import require_datasets
+
+        env["HELM_PLAN_DATASETS"] = str(require_datasets())
     cmd = [sys.executable, str(BENCH / f"{case.script}.py"), *args]
     out = subprocess.run(
         cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=500, check=False

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from helm_plan_cli.files import guard
 from helm_plan_cli.options import (
     ExecutorOptionalOpt,
     JsonOpt,
@@ -15,7 +16,6 @@ from helm_plan_cli.options import (
     SeedOptionalOpt,
     WorkersOptionalOpt,
 )
-from helm_plan_cli.files import guard
 from helm_plan_cli.output import emit_json, emit_table
 from helm_plan_cli.progress import task
 from rich.table import Table
@@ -69,11 +69,12 @@ def atlas_command(
     quiet: QuietOpt = False,
 ) -> None:
     """Measure the grid of cells where the split may matter and write its heatmap page."""
+    if export is None:  # before any work, the config file read included
+        guard(inputs=[config], run_dir=out, run_files=OUTPUTS)
     cfg = atlas.build_config(load_plan(config) if config else None, quick=quick, seed=seed)
     if export is not None:
         _export(cfg, out, export, as_json)
         return
-    guard(inputs=[config], run_dir=out, run_files=OUTPUTS)
     with (
         get_executor(executor or "local", 1 if workers is None else workers, ray_address) as ex,
         task("atlas cells", quiet=quiet or as_json) as tick,

@@ -120,8 +120,8 @@ def test_train_refuses_before_labelling_and_validate_answers(traces, name, tmp_p
     assert r.exit_code == 2 and "training needs 2 or more" in r.stderr
     doc = _ok(["validate", str(DEFAULT_PATH), str(path), *POOL])
     (fig,) = doc["traces"]
-    assert fig["windows"] == 1 and fig["p99_ms"] > 0
-    assert fig["latency_median_us"] is None  # no window boundary, no decision to time
+    assert fig["windows"] == 1 and fig["p99_ms"]["controller"] > 0
+    assert fig["latency_us"]["n"] == 0  # no window boundary, no decision to time
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -69,10 +69,11 @@ COMMANDS: dict[str, tuple[Argv, list[str], list[str]]] = {
     "train": (lambda f: ["train", f.get("INPUTS", "t.parquet"), *_opt(f, "-o", "--save-labels")],
               ["INPUTS"], ["-o", "--save-labels"]),
     "analyze": (lambda f: ["analyze", f.get("TRACE", "t.parquet"),
-                           *_opt(f, "--config", "--gpu", "--model", "--latency", "-o")],
-                ["TRACE", "--config", "--gpu", "--model", "--latency", "[analyze] model",
+                           *_opt(f, "--config", "--gpu", "--gpus", "--model", "--latency", "-o")],
+                ["TRACE", "--config", "--gpu", "--gpus", "--model", "--latency", "[analyze] model",
                  "[analyze] plan_policies"], ["-o"]),
     "report": (lambda f: ["report", f.get("RUN_DIR", "run")], ["RUN_DIR"], ["report.html"]),
+    "atlas": (lambda f: ["atlas", *_opt(f, "--config", "-o")], ["--config"], ["-o"]),
 }  # fmt: skip
 
 #: What each input option's file is a copy of (in the workspace).
@@ -83,6 +84,12 @@ SOURCE = {"TRACE": "t.parquet", "PATH": "log.csv", "INPUTS": "t.parquet", "--lik
           "RUN_DIR": "run/helm.duckdb", "[analyze] model": "model.toml",
           "[analyze] plan_policies": "ctrl.npz"}  # fmt: skip
 RUN_FILES = ("report.html", "summary.json", "helm.duckdb", "labels.parquet", "run.json")
+#: Commands whose -o is a run directory, with the files a run writes there (the first input
+#: is tried against every one of them, the others against one).
+RUN_DIRS = {
+    "analyze": ("TRACE", RUN_FILES),
+    "atlas": ("--config", ("atlas.html", "cells.csv", "cells.parquet", "atlas.json")),
+}
 
 
 @pytest.fixture
@@ -121,7 +128,7 @@ def _collision(ws: Path, cmd: str, inp: str, out: str, run_file: str) -> list[st
     """argv of ``cmd`` reading ``inp`` from the file output ``out`` writes (created here)."""
     argv, _, outs = COMMANDS[cmd]
     files: Files = {o: f"fresh-{i}.out" for i, o in enumerate(outs)}  # the other outputs
-    if cmd == "analyze":  # the run directory's files: the input sits where one is written
+    if cmd in RUN_DIRS:  # the run directory's files: the input sits where one is written
         target, files["-o"] = Path("rd") / run_file, "rd"
     elif cmd == "report":
         target = Path("run") / "report.html"  # report.html is a link to the store it reads
@@ -143,8 +150,8 @@ def _collision(ws: Path, cmd: str, inp: str, out: str, run_file: str) -> list[st
 
 
 CASES = [(cmd, inp, out, rf) for cmd, (_, ins, outs) in COMMANDS.items() for inp in ins
-         for out in outs for rf in (RUN_FILES if cmd == "analyze" and inp == "TRACE" else
-                                    RUN_FILES[1:2])]  # fmt: skip
+         for out in outs for rf in (RUN_DIRS[cmd][1] if RUN_DIRS.get(cmd, ("",))[0] == inp else
+                                    RUN_DIRS.get(cmd, ("", RUN_FILES))[1][1:2])]  # fmt: skip
 
 
 @pytest.mark.parametrize(("cmd", "inp", "out", "run_file"), CASES,
@@ -170,7 +177,7 @@ def test_two_outputs_of_one_command_on_one_file_are_refused(ws, cmd, outs):
 UNWRITABLE = [(cmd, out, bad, needle) for cmd, (_, _, outs) in COMMANDS.items() for out in outs
               if cmd != "report"
               for bad, needle in (("d", "is a folder"), ("plain.txt/x.out", "is a file"))
-              if not (cmd == "analyze" and bad == "d")]  # fmt: skip
+              if not (cmd in RUN_DIRS and bad == "d")]  # fmt: skip
 
 
 @pytest.mark.parametrize(("cmd", "out", "bad", "needle"), UNWRITABLE,
@@ -178,7 +185,7 @@ UNWRITABLE = [(cmd, out, bad, needle) for cmd, (_, _, outs) in COMMANDS.items() 
 def test_an_output_that_cannot_be_written_is_refused_before_any_work(ws, cmd, out, bad, needle):
     argv, _, outs = COMMANDS[cmd]
     files = {o: f"fresh-{i}.out" for i, o in enumerate(outs)} | {out: bad}
-    if cmd == "analyze":
+    if cmd in RUN_DIRS:
         files[out] = "plain.txt"  # the run directory is a file
         needle = "is a file"
     before = _snapshot(ws)

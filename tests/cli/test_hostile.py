@@ -277,6 +277,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("validate-nan-controller", ["validate", "nan.npz", "t.parquet"], "W0 holds"),
     ("validate-card-not-json", ["validate", "card.npz", "t.parquet"], "card is not JSON"),
     ("analyze-gpu-bad", ["analyze", "t.parquet", "--gpu", "bad.toml"], "hbm_bytes"),
+    ("analyze-gpus-bad", ["analyze", "t.parquet", "--gpus", "a100-80g,bad.toml"], "hbm_bytes"),
     ("analyze-model-bad", ["analyze", "t.parquet", "--model", "bad.toml"], "missing key"),
     ("analyze-latency-not-toml", ["analyze", "t.parquet", "--latency", "junk.toml"],
      "not valid TOML"),

@@ -65,6 +65,8 @@ FILE_SLOTS = [
     ("analyze-TRACE", "TRACE", ["analyze", "{}"], ".parquet"),
     ("analyze-config", "--config", ["analyze", "t.parquet", "--config", "{}"], ".toml"),
     ("analyze-gpu", "--gpu", ["analyze", "t.parquet", "--gpu", "{}"], ".toml"),
+    ("analyze-gpus", "--gpus", ["analyze", "t.parquet", "--gpus", "{}"], ".toml"),
+    ("atlas-config", "--config", ["atlas", "--config", "{}", "-o", "d"], ".toml"),
     ("analyze-model", "--model", ["analyze", "t.parquet", "--model", "{}"], ".toml"),
     ("analyze-latency", "--latency", ["analyze", "t.parquet", "--latency", "{}"], ".toml"),
     ("report-RUN_DIR", "RUN_DIR", ["report", "{}"], "/helm.duckdb"),

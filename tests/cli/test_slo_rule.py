@@ -102,7 +102,7 @@ def test_train_and_validate_run_at_the_models_slo(trace_file, tmp_path):
 
     want = load_model("gr-small").default_slo_ms  # train and validate read gr-small traces
     ctx = load_context(trace_file, pool_fraction=0.5)
-    labels = training.label_traces([("t", ctx)], NodeConfig(window_s=2.0))
+    labels = training.label_traces([("t", ctx, NodeConfig(window_s=2.0))])
     assert labels[0].slo_ms == want
     dataset.save(labels, tmp_path / "set.npz")
     assert dataset.load(tmp_path / "set.npz")[0].slo_ms == want

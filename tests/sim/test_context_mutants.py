@@ -81,7 +81,7 @@ def test_pool_note_at_the_footprint_boundary():
     assert _ctx(pool_bytes=fp - 1).notes == ()
     half = _ctx(pool_fraction=0.5)
     assert half.pool_bytes == int(0.5 * fp) and half.notes == ()
-    assert half.pool_source == "--pool-fraction 0.5"
+    assert half.pool_source.startswith("--pool-fraction 0.5 of the input trace's EMB+KV footprint")
 
 
 def test_load_context_passes_every_option(tmp_path):
