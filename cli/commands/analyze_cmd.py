@@ -78,8 +78,9 @@ def headline_table(res: analyze.AnalyzeResult) -> Table:
                 f", headroom +{g['headroom']:.0%}" + ("" if g["headroom_fails_at"] is not None
                                                        else " or more"))  # fmt: skip
         mark = " (cheapest)" if g["cheapest"] else ""
+        nodes = f"{g['nodes']} node" + ("" if g["nodes"] == 1 else "s")
         t.add_row(f"{g['gpu']}{mark}",
-                  f"{g['nodes']} nodes ({g['policy']}, {g['router']}): ${g['usd_per_day']:,.0f}/day, "
+                  f"{nodes} ({g['policy']}, {g['router']}): ${g['usd_per_day']:,.0f}/day, "
                   f"${g['usd_per_million_requests']:.3g}/M req{room}")  # fmt: skip
     t.add_row("best static r", f"{bs['ratio']:.2f}" if bs["ratio"] is not None else "-")
     t.add_row(

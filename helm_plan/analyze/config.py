@@ -24,18 +24,33 @@ from helm_plan.sim import DEFAULT_WINDOW_S, NodeConfig
 from helm_plan.synth import SynthConfig
 
 DEMO_SYNTH = SynthConfig(
-    regime="mixed", qps=100.0, duration_s=120.0, items=2_000_000, zipf_alpha=0.7,
+    regime="mixed", qps=250.0, duration_s=40.0, items=2_000_000, zipf_alpha=0.7,
     candidates=64, max_seq_len=2048, cold_history_mean=150.0, session_share=0.9,
     revisit_gap_s=5.0, drift_ranks=20_000, burst_factor=3.0, burst_len_frac=0.06, bursts=4,
     burst_hot_items=2_000, returning_share=0.0, burst_new_item_share=0.0, seed=0,
 )  # fmt: skip
-"""The embedded demo workload: steady, trend and burst thirds (seeded)."""
+"""The embedded demo workload: steady, trend and burst thirds (seeded), 40 s at 250 req/s:
+its busiest window needs two a100-80g nodes under the demo's SLO, so every section (capacity,
+routing, policies, controller) has something to show."""
 DEMO_POOL_FRACTION = 0.1
 """Demo pool as a share of the demo trace's EMB+KV footprint, so the caches compete."""
 DEMO_TRIALS = 6
-"""Optuna trials per window for the demo (on top of the 11-point coarse grid)."""
-DEMO_SLO_MS = 1.0
-"""Demo P99 SLO: the demo node serves in well under a millisecond, so a 1 ms SLO is tight."""
+"""Search steps per window for the demo's oracle."""
+DEMO_MODEL = "gr-large"
+"""The demo's model: a few ms per request, so a fleet of 2 or more is planned from a trace
+small enough to analyse in seconds."""
+DEMO_SLO_MS = 10.0
+"""Demo P99 SLO: gr-large serves the demo in about 4 ms a request at best, so 10 ms binds at
+the trace's bursts (its default_slo_ms, 250 ms, would not)."""
+DEMO_WINDOW_S = 5.0
+"""Demo window: 8 windows over the 40-s trace."""
+DEMO_GPUS = ("a100-80g", "h100-80g")
+"""GPUs the demo plans (every shipped one takes about twice as long)."""
+DEMO_PLAN_POLICIES = ("best-static", "emb-max", "kv-max")
+"""Policies the demo's fleet search tries. The controller still runs on the analysed node
+(its own section); searching fleets with it too takes longer than the rest of the demo."""
+DEMO_HEADROOM_STEPS = 2
+"""Bisection steps of the demo's headroom (4 by default): a coarser bracket, a second less."""
 
 
 @dataclass(frozen=True)
@@ -184,10 +199,17 @@ def build_config(
 
 
 def demo_plan(plan: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``plan`` with the demo defaults (pool fraction, oracle trials) where it sets none."""
+    """``plan`` with the demo defaults (pool fraction, SLO, model, window, GPUs, fleet
+    policies, headroom steps, oracle steps) where it sets none."""
     out = {k: dict(v) for k, v in (plan or {}).items()}
-    out.setdefault("analyze", {}).setdefault("pool_fraction", DEMO_POOL_FRACTION)
-    out["analyze"].setdefault("slo_ms", DEMO_SLO_MS)
+    a = out.setdefault("analyze", {})
+    a.setdefault("pool_fraction", DEMO_POOL_FRACTION)
+    a.setdefault("slo_ms", DEMO_SLO_MS)
+    a.setdefault("model", DEMO_MODEL)
+    a.setdefault("window_s", DEMO_WINDOW_S)
+    a.setdefault("gpus", list(DEMO_GPUS))
+    a.setdefault("plan_policies", list(DEMO_PLAN_POLICIES))
+    a.setdefault("headroom_steps", DEMO_HEADROOM_STEPS)
     out.setdefault("oracle", {}).setdefault("trials", DEMO_TRIALS)
     return out
 
