@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from helm_plan.analyze.config import DEMO_POOL_FRACTION, DEMO_SLO_MS, DEMO_SYNTH
+from helm_plan.analyze.config import DEMO_MODEL, DEMO_POOL_FRACTION, DEMO_SLO_MS, DEMO_SYNTH
 from helm_plan.cluster import ClusterConfig, simulate_cluster
 from helm_plan.cluster.policies import fleet_best_static
 from helm_plan.controller import suite, validation
@@ -48,7 +48,8 @@ from helm_plan.synth import synthesize
 
 
 def demo_case():
-    ctx = load_context(synthesize(DEMO_SYNTH), pool_fraction=DEMO_POOL_FRACTION, seed=0)
+    ctx = load_context(synthesize(DEMO_SYNTH), model=DEMO_MODEL,
+                       pool_fraction=DEMO_POOL_FRACTION, seed=0)  # fmt: skip
     return "demo", ctx, NodeConfig(window_s=suite.WINDOW_S, slo_ms=DEMO_SLO_MS), False
 
 

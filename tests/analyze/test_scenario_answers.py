@@ -37,9 +37,11 @@ def test_detectability_small_pool_sees_the_shift(tmp_path):
     voa = s["value_of_adaptivity"]
     assert voa["p99_reduction"] >= 0.2 and voa["ci_low"] > 0, voa
     assert s["oracle"]["ratio_max"] - s["oracle"]["ratio_min"] >= 0.15
-    reg = {(r["regime"], r["policy"]): r for r in s["regimes"]}
-    # the gain is in B, where the static split starves the EMB cache A needs kept small
-    assert reg[("B", "adaptive")]["p99_ms"] < 0.8 * reg[("B", "best-static")]["p99_ms"]
+    reg = {(r["regime"], r["policy"]): r["p99_ms"] for r in s["regimes"]}
+    gain = {g: 1 - reg[(g, "adaptive")] / reg[(g, "best-static")] for g in ("A", "B")}
+    # no static split serves both regimes: the gain is in the one best static starves (A when
+    # it keeps r above A's 0.08, B when below B's ~0.2), and adapting costs the other little
+    assert max(gain.values()) >= 0.2 and min(gain.values()) >= -0.05, gain
 
 
 def test_flat_small_pool_is_flat(tmp_path):
