@@ -166,8 +166,8 @@ def split_sentence(f: Facts) -> str | None:
         emb, kv = f.extremes
         who, other, o = ("KV", "EMB", emb) if kv >= emb else ("EMB", "KV", kv)
         keep = f" (to {other}: {o:+.1%}){keep}"
-    return (f"The EMB/KV split matters: the whole pool to {who} costs +{_pct(f.spread)} P99 "
-            f"against the best static split{keep}.")  # fmt: skip
+    return (f"The EMB/KV split matters for the node's P99: the whole pool to {who} costs "
+            f"+{_pct(f.spread)} P99 against the best static split{keep}.")  # fmt: skip
 
 
 def fleet_split_sentence(f: Facts) -> str | None:

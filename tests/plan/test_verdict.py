@@ -79,14 +79,14 @@ SPLIT = [
      "The EMB/KV split hardly matters here: even the whole pool to one cache stays within 2% of "
      "the best static P99 (2.0%)."),
     (f(fits=False, spread=0.25),
-     "The EMB/KV split matters: the whole pool to one cache costs +25.0% P99 against the best "
-     "static split."),
+     "The EMB/KV split matters for the node's P99: the whole pool to one cache costs +25.0% "
+     "P99 against the best static split."),
     (f(fits=False, spread=1.429, extremes=(0.003, 1.429), band=(0.3, 1.0)),
-     "The EMB/KV split matters: the whole pool to KV costs +142.9% P99 against the best static "
-     "split (to EMB: +0.3%); keep r within its flat band [0.30, 1.00]."),
+     "The EMB/KV split matters for the node's P99: the whole pool to KV costs +142.9% P99 "
+     "against the best static split (to EMB: +0.3%); keep r within its flat band [0.30, 1.00]."),
     (f(fits=False, spread=0.4, extremes=(0.4, 0.1)),
-     "The EMB/KV split matters: the whole pool to EMB costs +40.0% P99 against the best static "
-     "split (to KV: +10.0%)."),
+     "The EMB/KV split matters for the node's P99: the whole pool to EMB costs +40.0% P99 "
+     "against the best static split (to KV: +10.0%)."),
     # the plan already said so (a one-node fleet: the node's traffic is the planned traffic)
     (f(fits=True, fits_said=True, spread=0.3), None),
     # an overloaded fleet gets no split verdict (no split fixes it)
