@@ -1,4 +1,16 @@
-"""Byte-weighted stack distances, the bare-stream LRU and SHARDS against brute force and libCacheSim."""
+"""Byte-weighted stack distances, the bare-stream LRU and SHARDS against brute force and libCacheSim.
+
+The stack-distance pass's Python side on tiny hand-worked streams: checks, classes, windows.
+
+Pins the input checks of :mod:`helm_plan.cache.stack` at their edges (exact messages: dense
+ids >= 0, ``n_ids`` at least the largest id + 1, a positive size per key, a sorted grid with
+0 and repeats allowed, window edges from 0 to the request count with empty windows
+allowed), the size classes (``[s_j, s_{j+1})``, below the smallest key in none), the
+per-access sizes, the per-window lookup bytes, and hit bytes per window and capacity of
+short streams worked out by hand with the LRU rules of the module docstring (a hit moves
+the key up; a key larger than the cache is never cached). Capacities below, at and above
+each stack distance are checked, so a capacity off by one or a bin on the wrong side fails.
+"""
 
 from __future__ import annotations
 
@@ -241,3 +253,239 @@ def test_bad_inputs():
     with pytest.raises(ConfigError, match="sorted"):
         stack.binned_hits(np.array([1, 2]), np.array([5, 1]))
     assert lru.emb_lru_misses(np.zeros(0, np.int32), 3) == 0
+
+
+def _err(fn, *args, **kw) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        fn(*args, **kw)
+    return info.value
+
+
+def test_as_ids_checks_and_sizes():
+    ids, n = stack.as_ids(np.array([2, 0, 2], np.int64), None)
+    assert ids.dtype == np.int32 and ids.flags.c_contiguous and n == 3
+    assert ids.tolist() == [2, 0, 2]
+    assert stack.as_ids(np.array([2, 0]), 3)[1] == 3  # n_ids = largest id + 1 is enough
+    assert stack.as_ids(np.array([2, 0]), 7)[1] == 7
+    e0, n0 = stack.as_ids(np.zeros(0, np.int32), None)
+    assert len(e0) == 0 and n0 == 0
+    assert stack.as_ids(np.zeros(0, np.int32), 4)[1] == 4
+    e = _err(stack.as_ids, np.array([0, -1]), None)
+    assert (str(e), e.hint) == ("stack distances need dense ids >= 0", "number keys 0..n-1")
+    e = _err(stack.as_ids, np.array([0, 4, 1]), 4)
+    assert (str(e), e.hint) == ("n_ids=4 but the stream holds id 4", "pass n_ids")
+    stack.as_ids(np.array([0]), 1)  # id 0 alone
+
+
+def test_as_sizes_checks():
+    ones = stack.as_sizes(None, 3)
+    assert ones.dtype == np.int64 and ones.tolist() == [1, 1, 1]
+    kb = stack.as_sizes(np.array([4, 1, 9], np.int32), 2)  # more sizes than keys: fine
+    assert kb.dtype == np.int64 and kb.tolist() == [4, 1, 9]
+    for bad in ([4], [4, 0], [-1, 3]):
+        e = _err(stack.as_sizes, np.array(bad), 2)
+        assert str(e) == "key_bytes needs a positive size for each of the 2 keys"
+        assert e.hint == "pass one entry per dense key"
+    assert len(stack.as_sizes(np.zeros(0, np.int64), 0)) == 0
+
+
+def test_stream_sizes():
+    ids = np.array([1, 0, 1, 2], np.int32)
+    got = stack.stream_sizes(ids, None, np.ones(3, np.int64))
+    assert got.dtype == np.int32 and got.tolist() == [1, 1, 1, 1]
+    got = stack.stream_sizes(ids, np.full(3, 7), np.full(3, 7, np.int64))  # one size
+    assert got.dtype == np.int32 and got.tolist() == [7, 7, 7, 7]
+    got = stack.stream_sizes(ids, np.array([5, 6, 8]), np.array([5, 6, 8], np.int64))
+    assert got.dtype == np.int32 and got.tolist() == [6, 5, 6, 8]
+
+
+def test_window_sums_against_slices():
+    # per-window sums of a bare stream: requests group accesses, windows group requests
+    # (empty windows and empty requests included), int64 even for int32 values near 2^31
+    rng = np.random.default_rng(3)
+    per_req = rng.integers(0, 4, 40)
+    offs = np.concatenate([[0], np.cumsum(per_req)]).astype(np.int64)
+    vals = rng.integers(2**30, 2**31 - 1, int(offs[-1])).astype(np.int32)
+    edges = np.array([0, 0, 7, 7, 23, 40], np.int64)
+    got = stack.window_sums(vals, offs, edges)
+    want = [int(vals[offs[a] : offs[b]].astype(np.int64).sum())
+            for a, b in zip(edges[:-1], edges[1:], strict=True)]  # fmt: skip
+    assert got.dtype == np.int64 and got.tolist() == want
+    assert want[0] == want[2] == 0 and max(want) > 2**31
+
+
+def test_check_grid():
+    g = stack.check_grid(np.array([0, 3, 3, 10], np.int32))
+    assert g.dtype == np.int64 and g.tolist() == [0, 3, 3, 10]
+    assert len(stack.check_grid(np.zeros(0, np.int64))) == 0
+    for bad in ([3, 2], [-1, 5], [0, 5, 4]):
+        e = _err(stack.check_grid, np.array(bad))
+        assert (str(e), e.hint) == ("capacities must be sorted and >= 0", "sort the grid")
+
+
+def test_size_classes_edges():
+    kb = np.array([3, 5, 3])
+    grid = np.array([0, 2, 3, 4, 5, 6])
+    got = [(b, i.tolist()) for b, i in stack.size_classes(kb, grid)]
+    assert got == [(3, [2, 3]), (5, [4, 5])]
+    assert stack.size_classes(np.zeros(0, np.int64), grid) == []
+    assert stack.size_classes(kb, np.array([0, 1, 2])) == []  # all below the smallest key
+    one = stack.size_classes(np.array([4, 4]), np.array([4]))
+    assert [(b, i.tolist()) for b, i in one] == [(4, [0])]
+
+
+def test_window_of_requests():
+    w = stack.window_of_requests(None, 5)
+    assert w.dtype == np.int64 and w.tolist() == [0, 5]
+    assert stack.window_of_requests(np.array([0, 2, 2, 5]), 5).tolist() == [0, 2, 2, 5]
+    msg = "window edges must run from 0 to 5 requests, non-decreasing"
+    for bad in ([0], [1, 5], [0, 4], [0, 3, 2, 5], [0, 6]):
+        e = _err(stack.window_of_requests, np.array(bad), 5)
+        assert (str(e), e.hint) == (msg, "use arrays.window_edges")
+
+
+# ids:   a b a c b a   (a=0, b=1, c=2), unit sizes.
+# row stack distances: a -, b -, a 2, c -, b 3, a 3  -> hits at capacity >= d
+UNIT_IDS = np.array([0, 1, 0, 2, 1, 0], np.int32)
+
+
+def test_unit_lru_hit_counts_by_hand():
+    assert stack.lru_hit_counts(UNIT_IDS).tolist() == [0, 0, 1, 3]
+    # n_ids larger than the stream's ids: capacities up to n_ids
+    assert stack.lru_hit_counts(UNIT_IDS, 5).tolist() == [0, 0, 1, 3, 3, 3]
+    d = stack.stack_distances(UNIT_IDS)
+    assert d.dtype == np.int64 and d.tolist() == [0, 0, 2, 0, 3, 3]  # integer distances
+    assert stack.lru_hit_counts(np.zeros(0, np.int32)).tolist() == [0]
+
+
+def test_binned_hits_unit_grid_between_distances():
+    hits, look = stack.binned_hits(UNIT_IDS, np.array([1, 2, 3, 9]))
+    assert hits.tolist() == [[0, 1, 3, 3]] and look.tolist() == [6]
+    hits, _ = stack.binned_hits(UNIT_IDS, np.array([0, 2]))
+    assert hits.tolist() == [[0, 1]]
+    hits, look = stack.binned_hits(UNIT_IDS, np.zeros(0, np.int64))
+    assert hits.shape == (1, 0) and look.tolist() == [6]
+
+
+def test_binned_hits_bytes_by_hand():
+    # sizes a=2, b=3, c=4.  byte distances: a -, b -, a 2+3=5, c -, b 3+4+2=9, a 2+3+4=9
+    kb = np.array([2, 3, 4])
+    assert stack.stack_distances(UNIT_IDS, kb).tolist() == [0, 0, 5, 0, 9, 9]
+    grid = np.array([0, 1, 2, 3, 4, 5, 8, 9, 100])
+    hits, look = stack.binned_hits(UNIT_IDS, grid, key_bytes=kb)
+    assert look.tolist() == [2 + 3 + 2 + 4 + 3 + 2]
+    # C < 2: nothing fits. C in [2, 3): only a fits; a's re-accesses are 2 and 3 (a a ...)
+    #   substream of keys <= 2 bytes: a, a, a: hits 2 + 2 = 4.
+    # C in [3, 4): keys a, b (<= 3 bytes): a b a b a: distances a 5, b 5, a 5 -> none < 5.
+    # C in [4, 5): every key fits alone: distances 5, 9, 9 -> none.
+    # C in [5, 9): a's 5 hits (2 bytes); C >= 9: also b (3) and a (2): 7.
+    want = [0, 0, 4, 0, 0, 2, 2, 7, 7]
+    assert hits.tolist() == [want]
+
+
+def test_binned_hits_windows_and_offsets():
+    # requests: [a b] [a] [c b] [a]; windows: requests [0, 2) and [2, 4) and an empty one
+    offs = np.array([0, 2, 3, 5, 6])
+    edges = np.array([0, 2, 2, 4])
+    kb = np.array([2, 3, 4])
+    grid = np.array([5, 9])
+    hits, look = stack.binned_hits(UNIT_IDS, grid, key_bytes=kb, offsets=offs, edges=edges)
+    # window 0 (a b a): a at 5 hits at both; window 2 (c b a): b 9 and a 9 at 9 only
+    assert hits.tolist() == [[2, 2], [0, 0], [0, 5]]
+    assert look.tolist() == [7, 0, 9]
+    assert hits.dtype == np.int64 and look.dtype == np.int64
+    # unit sizes, same windows: a at 2 (window 0); b at 3, a at 3 (window 2)
+    hits, look = stack.binned_hits(UNIT_IDS, np.array([1, 2, 3]), offsets=offs, edges=edges)
+    assert hits.tolist() == [[0, 1, 1], [0, 0, 0], [0, 0, 2]]
+    assert look.tolist() == [3, 0, 3]
+
+
+def test_stack_pass_fed_in_chunks_equals_one_pass():
+    """A stream fed in two chunks (the second starting at request r0) gives one pass's bins."""
+    kb = np.array([2, 3, 4], np.int64)
+    grid = np.array([5, 9], np.int64)
+    sizes = kb[UNIT_IDS].astype(np.int32)
+    edges = np.array([0, 3, 6])
+    sp = stack.StackPass(kb, 4, grid, 2)
+    sp.feed(UNIT_IDS[:3], sizes[:3], np.arange(4), 0, edges)
+    sp.feed(UNIT_IDS[3:], sizes[3:], np.arange(4), 3, edges)
+    # window 0 (a b a): a hits at 5; window 1 (c b a): b and a at 9
+    assert sp.hit_bytes().tolist() == [[2, 2], [0, 5]]
+    assert sp.acc[:, -1].tolist() == [5, 4]  # first accesses: a + b, then c
+
+
+def test_stack_pass_size_class_skips_larger_keys():
+    """The class of 3-byte keys never caches c (4 bytes): a b a c b a -> distances a 5, b 5, a 5."""
+    kb = np.array([2, 3, 4], np.int64)
+    sizes = kb[UNIT_IDS].astype(np.int32)
+    sp = stack.StackPass(kb, 3, np.array([3, 4, 5]), 1)
+    sp.feed(UNIT_IDS, sizes, np.array([0, 6]), 0, np.array([0, 1]))
+    assert sp.hit_bytes().tolist() == [[0, 0, 2 + 3 + 2]]
+    # one size in the class: counted in rows of that size
+    kb1 = np.array([3, 3, 8], np.int64)
+    sp1 = stack.StackPass(kb1, 3, np.array([2, 3, 5, 6]), 1)
+    assert not sp1.weighted and sp1.grid.tolist() == [0, 1, 1, 2]
+    sp1.feed(UNIT_IDS, kb1[UNIT_IDS].astype(np.int32), np.array([0, 6]), 0, np.array([0, 1]))
+    # substream a b a b a (c skipped): distances 2, 2, 2 rows: 3 hits of 3 bytes at >= 6
+    assert sp1.hit_bytes().tolist() == [[0, 0, 0, 9]]
+
+
+def test_many_distinct_keys_force_compactions():
+    """2 * keys + 16 slots: a cyclic stream of 40 keys compacts often; distances stay exact."""
+    ids = np.tile(np.arange(40, dtype=np.int32), 6)
+    d = stack.stack_distances(ids)
+    assert d[:40].tolist() == [0] * 40 and (d[40:] == 40).all()
+    kb = np.arange(1, 41)
+    db = stack.stack_distances(ids, kb)
+    assert (db[40:] == kb.sum()).all()
+    hits = stack.lru_hit_counts(ids)
+    assert hits[:40].tolist() == [0] * 40 and hits[40] == 200  # LRU thrashes below 40 rows
+    h, _ = stack.binned_hits(ids, np.array([819, 820]), key_bytes=kb)
+    assert h.tolist() == [[0, 5 * 820]]
+
+
+def test_more_input_edges():
+    assert stack.window_of_requests(np.array([0, 5]), 5).tolist() == [0, 5]  # one window
+    got = stack.stream_sizes(np.array([0, 0], np.int32), np.array([6]), np.array([6], np.int64))
+    assert got.tolist() == [6, 6]  # one key: one size
+    with pytest.raises(ConfigError, match="n_ids=3 but the stream holds id 4"):
+        stack.binned_hits(np.array([0, 4]), np.array([1]), n_ids=3)
+    with pytest.raises(ConfigError, match="n_ids=3 but the stream holds id 4"):
+        stack.stack_distances(np.array([0, 4]), n_ids=3)
+
+
+def test_stack_pass_layout_follows_the_docstring():
+    """M = 2 * keys + 16 slots, a 1-based Fenwick tree of M + 1 entries; int32 rows, int64 bytes."""
+    kb = np.array([2, 3, 4, 9], np.int64)
+    sp = stack.StackPass(kb, 4, np.array([5, 9]), 2)  # class of 3 keys, three sizes
+    assert sp.weighted and len(sp.item_at) == 2 * 3 + 16 and len(sp.tree) == 2 * 3 + 16 + 1
+    assert sp.tree.dtype == np.int64 and sp.grid.tolist() == [5, 9]
+    rows = stack.StackPass(np.array([4, 4, 4, 4, 4]), 4, np.array([8]), 1)  # one size: rows
+    assert not rows.weighted and len(rows.item_at) == 26 and len(rows.tree) == 27
+    assert rows.tree.dtype == np.int32 and rows.grid.tolist() == [2]
+    assert sp.hit_bytes().dtype == np.int64 and sp.hit_bytes().shape == (2, 2)
+
+
+def test_stack_pass_edge_classes():
+    """No key in the class: nothing is cached; an empty grid: no capacities to fill."""
+    kb = np.array([2, 3, 4], np.int64)
+    sizes = kb[UNIT_IDS].astype(np.int32)
+    none = stack.StackPass(kb, 1, np.array([1, 5, 9]), 1)
+    none.feed(UNIT_IDS, sizes, np.array([0, 6]), 0, np.array([0, 1]))
+    assert none.hit_bytes().tolist() == [[0, 0, 0]]
+    one = np.array([3, 3, 3], np.int64)
+    empty = stack.StackPass(one, 3, np.zeros(0, np.int64), 1)
+    empty.feed(UNIT_IDS, one[UNIT_IDS].astype(np.int32), np.array([0, 6]), 0, np.array([0, 1]))
+    assert empty.hit_bytes().shape == (1, 0)
+    assert empty.acc.tolist() == [[18]]  # every access lands past the (empty) grid
+
+
+def test_byte_distances_beyond_int32():
+    """Byte-weighted distances above 2**31 (GB-sized keys): a b a hits only at >= a + b bytes."""
+    kb = np.array([1_500_000_000, 1_400_000_000], np.int64)
+    ids = np.array([0, 1, 0], np.int32)
+    total = 2_900_000_000
+    hits, look = stack.binned_hits(ids, np.array([total - 1, total]), key_bytes=kb)
+    assert hits.tolist() == [[0, 1_500_000_000]]
+    assert look.tolist() == [4_400_000_000]
+    assert stack.stack_distances(ids, kb).tolist() == [0, 0, total]

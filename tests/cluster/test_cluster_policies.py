@@ -1,6 +1,21 @@
-"""Per-node policies (each sees only its own windows), fleet-wide best static, and the metrics."""
+"""Per-node policies (each sees only its own windows), fleet-wide best static, and the metrics.
+
+The fleet-wide best-static search and the per-node policy specs, hand-worked (issue 16, item 4).
+
+``fleet_best_static`` is driven through a scripted executor: it checks that every task is
+``static_point`` on the shared ``(ctx, cfg)`` and answers each r with a (P99, attainment)
+pair written down below, so the grid, the half-steps around the best point, the tie-breaks
+(lower P99, then higher attainment, then smaller r; a NaN P99 is the worst, a NaN
+attainment counts as 0) and the evaluated table are all worked out by hand, with no
+simulation.
+"""
 
 from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -8,11 +23,14 @@ from cluster_fixtures import context, small_model
 from conftest import small_table
 
 from helm_plan.cluster import ClusterConfig, simulate_cluster
+from helm_plan.cluster import policies as CP
 from helm_plan.cluster import sim as cluster_sim
 from helm_plan.cluster.compare import router_ci, run_point
-from helm_plan.cluster.policies import fleet_best_static, node_policies
+from helm_plan.cluster.policies import FleetStatic, fleet_best_static, node_policies, static_point
 from helm_plan.errors import ConfigError
+from helm_plan.exec import Executor
 from helm_plan.oracle import OracleConfig
+from helm_plan.policies import Built, PolicyEnv, PolicySpec
 from helm_plan.sim import NodeConfig, Observation, Policy, SchedulePolicy, StaticPolicy
 
 
@@ -134,3 +152,212 @@ def test_a_static_cluster_counts_nothing_and_gives_the_same_results(monkeypatch)
     for name in ("node", "sojourn_s", "miss_bytes", "ratios"):
         np.testing.assert_array_equal(getattr(new, name), getattr(old, name))
     assert new.windows.equals(old.windows) and new.p99_ms == old.p99_ms
+
+
+CTX = object()  # the scripted executor never simulates: any object stands for the context
+CFG = ClusterConfig(nodes=2, router="jsq", node=NodeConfig(window_s=0.5))
+NAN = float("nan")
+
+
+class Scripted(Executor):
+    """Answers ``static_point`` tasks from a table and records every map call."""
+
+    def __init__(self, answer) -> None:
+        self.answer = answer
+        self.calls: list[list[float]] = []
+        self.labels: list[str] = []
+        self.progress: list[object] = []
+
+    @property
+    def workers(self) -> int:
+        return 1
+
+    def map(self, fn, items, *, shared=None, progress=None, label=None):
+        assert fn is static_point
+        assert shared[0] is CTX and shared[1] is CFG
+        self.calls.append(list(items))
+        self.labels += [label(r) for r in items]
+        self.progress.append(progress)
+        return [self.answer(r) for r in items]
+
+
+def _grid(step: float) -> list[float]:
+    return [round(k * step, 9) for k in range(round(1 / step) + 1)]
+
+
+def test_key_by_hand():
+    assert CP._key(0.3, (5.0, 0.9)) == (5.0, -0.9, 0.3)
+    assert CP._key(0.7, (2.5, 0.0)) == (2.5, -0.0, 0.7)
+    k = CP._key(0.1, (NAN, NAN))
+    assert k == (math.inf, 0.0, 0.1)
+    assert CP._key(0.2, (math.inf, 0.5)) == (math.inf, -0.5, 0.2)
+    assert CP._key(0.2, (4.0, -math.inf)) == (4.0, 0.0, 0.2)
+
+
+def test_grid_then_half_steps_around_the_best():
+    # P99 = 1 + 100 |r - 0.44| ms: the coarse best is 0.4 (5 ms), the half-step 0.45 beats it (2 ms)
+    ex = Scripted(lambda r: (1 + 100 * abs(r - 0.44), 0.5 + r / 10))
+    seen = object()
+    fs = fleet_best_static(CTX, CFG, None, ex, seen)  # default oracle: step 0.1
+    assert ex.calls[0] == _grid(0.1)
+    assert ex.calls[1] == [0.35, 0.45]
+    assert len(ex.calls) == 2
+    assert ex.progress == [seen, seen]
+    assert ex.labels[:3] == ["best static r=0", "best static r=0.1", "best static r=0.2"]
+    assert ex.labels[-2:] == ["best static r=0.35", "best static r=0.45"]
+    assert isinstance(fs, FleetStatic)
+    assert fs.ratio == 0.45
+    assert fs.p99_ms == pytest.approx(2.0)
+    assert fs.slo_attainment == pytest.approx(0.545)
+    ev = fs.evaluated
+    assert ev.columns == ["r", "p99_ms", "slo_attainment"]
+    rs = sorted([*_grid(0.1), 0.35, 0.45])
+    assert ev["r"].to_list() == rs
+    np.testing.assert_allclose(ev["p99_ms"].to_numpy(), [1 + 100 * abs(r - 0.44) for r in rs])
+    np.testing.assert_allclose(ev["slo_attainment"].to_numpy(), [0.5 + r / 10 for r in rs])
+
+
+def test_best_stays_on_the_grid_when_half_steps_are_worse():
+    # P99 = 3 + |r - 0.5| with step 0.25: grid 0, .25, .5, .75, 1; half-steps .375, .625
+    ex = Scripted(lambda r: (3 + abs(r - 0.5), 0.9))
+    fs = fleet_best_static(CTX, CFG, OracleConfig(coarse_step=0.25), ex)
+    assert ex.calls == [[0.0, 0.25, 0.5, 0.75, 1.0], [0.375, 0.625]]
+    assert (fs.ratio, fs.p99_ms, fs.slo_attainment) == (0.5, 3.0, 0.9)
+    assert ex.progress == [None, None]
+    assert fs.evaluated["r"].to_list() == [0.0, 0.25, 0.375, 0.5, 0.625, 0.75, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("best", "half_steps"),
+    [(0.0, [0.125]), (1.0, [0.875]), (0.25, [0.125, 0.375])],
+)
+def test_half_steps_stay_inside_0_1(best, half_steps):
+    ex = Scripted(lambda r: (1 + abs(r - best), 0.5))
+    fs = fleet_best_static(CTX, CFG, OracleConfig(coarse_step=0.25), ex)
+    assert ex.calls[1] == half_steps
+    assert fs.ratio == best
+
+
+def test_half_steps_already_evaluated_are_not_rerun():
+    # step 0.4: grid 0, .4, .8, 1.0 (1.0 appended); best 0.8 -> half-steps 0.6 and 1.0 (known)
+    ex = Scripted(lambda r: (1 + abs(r - 0.8), 0.5))
+    fs = fleet_best_static(CTX, CFG, OracleConfig(coarse_step=0.4), ex)
+    assert ex.calls == [[0.0, 0.4, 0.8, 1.0], [0.6]]
+    assert fs.ratio == 0.8 and len(fs.evaluated) == 5
+
+
+def test_ties_higher_attainment_then_smaller_r():
+    # every r has the same P99; attainment peaks at 0.5 and 0.75 (equal): the smaller wins
+    att = {0.0: 0.1, 0.25: 0.2, 0.5: 0.9, 0.75: 0.9, 1.0: 0.3}
+    ex = Scripted(lambda r: (7.0, att.get(r, 0.0)))
+    fs = fleet_best_static(CTX, CFG, OracleConfig(coarse_step=0.25), ex)
+    assert ex.calls[1] == [0.375, 0.625]
+    assert (fs.ratio, fs.p99_ms, fs.slo_attainment) == (0.5, 7.0, 0.9)
+    # a lower P99 beats any attainment
+    ex = Scripted(lambda r: (6.0 if r == 1.0 else 7.0, 0.0 if r == 1.0 else 1.0))
+    assert fleet_best_static(CTX, CFG, OracleConfig(coarse_step=0.25), ex).ratio == 1.0
+
+
+def test_a_half_step_tying_the_best_wins_by_smaller_r():
+    # 0.375 (a half-step, evaluated after the grid) ties the coarse best 0.5: the smaller r wins
+    # although min() meets 0.5 first
+    ex = Scripted(lambda r: (7.0 if r in (0.375, 0.5) else 9.0, 0.5))
+    fs = fleet_best_static(CTX, CFG, OracleConfig(coarse_step=0.25), ex)
+    assert ex.calls[1] == [0.375, 0.625]
+    assert fs.ratio == 0.375
+
+
+def test_nan_p99_is_worst_and_nan_attainment_counts_as_zero():
+    # r = 0 has no P99 (NaN): it must lose to every finite P99, even though min() sees it first
+    p99 = {0.0: NAN, 0.5: 9.0, 1.0: 9.0}
+    att = {0.0: 1.0, 0.5: NAN, 1.0: 0.0}
+    ex = Scripted(lambda r: (p99.get(r, 50.0), att.get(r, 0.0)))
+    fs = fleet_best_static(CTX, CFG, OracleConfig(coarse_step=0.5), ex)
+    # 0.5 (NaN attainment = 0) ties 1.0 (attainment 0): the smaller r wins
+    assert ex.calls == [[0.0, 0.5, 1.0], [0.25, 0.75]]
+    assert fs.ratio == 0.5 and fs.p99_ms == 9.0 and math.isnan(fs.slo_attainment)
+    # a NaN attainment loses to a positive one at the same P99
+    att2 = {0.0: 1.0, 0.5: NAN, 1.0: 0.25}
+    ex = Scripted(lambda r: (p99.get(r, 50.0), att2.get(r, 0.0)))
+    assert fleet_best_static(CTX, CFG, OracleConfig(coarse_step=0.5), ex).ratio == 1.0
+    # ... and beats a negative one (it counts as 0, not as worse than everything)
+    att3 = {0.0: 1.0, 0.5: -0.5, 1.0: NAN}
+    ex = Scripted(lambda r: (p99.get(r, 50.0), att3.get(r, 0.0)))
+    assert fleet_best_static(CTX, CFG, OracleConfig(coarse_step=0.5), ex).ratio == 1.0
+
+
+def test_an_executor_losing_a_task_is_an_error():
+    # an executor that answers fewer tasks than it was given must not drop r values silently
+    class Short(Scripted):
+        def map(self, fn, items, **kw):
+            return super().map(fn, items, **kw)[:-1]
+
+    with pytest.raises(ValueError, match="zip"):
+        fleet_best_static(CTX, CFG, OracleConfig(coarse_step=0.5), Short(lambda r: (1.0, 1.0)))
+
+
+def test_static_point_is_the_cluster_run_at_r():
+    table = small_table(300, n_users=20, n_items=80, n_candidates=4, rate_qps=300.0, seed=1)
+    ctx = context(table, small_model(layers=1, d_model=8, max_seq_len=64), 20_000)
+    cfg = ClusterConfig(nodes=2, router="round-robin", node=NodeConfig(window_s=0.5, slo_ms=0.645))
+    p99, att = static_point((ctx, cfg), 0.3)
+    res = simulate_cluster(ctx, [StaticPolicy(0.3), StaticPolicy(0.3)], cfg)
+    m = res.window_idx >= 1  # the warm-up window is excluded
+    assert p99 == pytest.approx(np.percentile(res.sojourn_s[m], 99) * 1e3)
+    assert att == pytest.approx(np.mean(res.sojourn_s[m] * 1e3 <= 0.645))
+    assert 0 < att < 1  # the SLO splits the requests, so p99 and attainment differ
+
+
+@pytest.mark.parametrize("spec", ["oracle", "adaptive", "naive-adaptive"])
+def test_oracle_schedules_are_refused_with_the_hint(spec):
+    with pytest.raises(ConfigError) as e:
+        node_policies(spec, CTX, CFG)
+    assert str(e.value) == (
+        f"policy {spec!r} labels one node's trace and has no per-node meaning in a cluster"
+    )
+    assert e.value.hint == (
+        "use static:R, emb-max, kv-max, best-static, schedule:FILE or a closed-loop policy"
+    )
+
+
+def test_best_static_spec_searches_the_fleet_with_the_env():
+    ex = Scripted(lambda r: (1 + abs(r - 0.5), 0.8))
+    seen = object()
+    env = PolicyEnv(oracle=OracleConfig(coarse_step=0.5), executor=ex, progress=seen)
+    np_ = node_policies("best-static", CTX, CFG, env)
+    assert ex.calls == [[0.0, 0.5, 1.0], [0.25, 0.75]]  # env's oracle step
+    assert ex.progress == [seen, seen]
+    assert np_.spec == "best-static" and np_.cfg is CFG
+    assert np_.fleet_static is not None and np_.fleet_static.ratio == 0.5
+    assert isinstance(np_.policy, StaticPolicy)
+    assert np_.policy.decide(Observation(3, 0.1)) == 0.5
+    assert np_.policy.spec == "best-static"
+
+
+@pytest.mark.parametrize(("spec", "r"), [("static:0.3", 0.3), ("emb-max", 1.0), ("kv-max", 0.0)])
+def test_static_specs_keep_the_config(spec, r):
+    cfg = ClusterConfig(nodes=2, node=NodeConfig(refill="throttled"))
+    np_ = node_policies(spec, CTX, cfg)
+    assert np_.cfg is cfg and np_.cfg.node.refill == "throttled"
+    assert np_.spec == spec and np_.fleet_static is None
+    assert np_.policy.decide(Observation(0, 0.5)) == r
+
+
+@dataclass(frozen=True)
+class _NeedsEager(PolicySpec):
+    """A spec whose policy needs eager refill (as the refused oracle variants do)."""
+
+    name: ClassVar[str] = "needs-eager"
+
+    def build(self, ctx, node_cfg, env) -> Built:
+        assert ctx is CTX and node_cfg is CFG.node and isinstance(env, PolicyEnv)
+        return Built(StaticPolicy(0.25, "needs-eager"), "eager")
+
+
+def test_a_spec_refill_replaces_the_node_refill(monkeypatch):
+    monkeypatch.setattr(CP, "parse_policy", lambda spec: _NeedsEager())
+    np_ = node_policies("needs-eager", CTX, CFG)
+    assert np_.cfg.node.refill == "eager" and CFG.node.refill != "eager"
+    # everything else is kept
+    assert np_.cfg == dataclasses.replace(CFG, node=dataclasses.replace(CFG.node, refill="eager"))
+    assert np_.spec == "needs-eager" and np_.policy.decide(Observation(0, 0.5)) == 0.25

@@ -1,4 +1,7 @@
-"""Router properties: bounded-load affinity, KV-home routing, and no look-ahead for every router."""
+"""Router properties: bounded-load affinity, KV-home routing, and no look-ahead for every router.
+
+Routers' registry, parameters, ring and seed, hand-worked.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +16,19 @@ from conftest import small_table
 from helm_plan import trace
 from helm_plan.cluster import ROUTERS, ClusterConfig, simulate_cluster
 from helm_plan.cluster import _route as R
-from helm_plan.cluster.routers import Affinity, build_ring, get_router
+from helm_plan.cluster.routers import (
+    Affinity,
+    Helm,
+    Jsq,
+    KvOverlap,
+    P2c,
+    Random,
+    RoundRobin,
+    RouterKind,
+    build_ring,
+    get_router,
+    router_seed,
+)
 from helm_plan.errors import ConfigError
 from helm_plan.sim import NodeConfig
 
@@ -189,3 +204,56 @@ def test_jsq_spreads_requests_that_always_find_the_fleet_idle():
     res = simulate_cluster(ctx, 0.5, ClusterConfig(nodes=3, router="jsq",
                                                    node=NodeConfig(window_s=30.0)))  # fmt: skip
     np.testing.assert_array_equal(res.node, np.arange(30) % 3)
+
+
+# ---- routers -----------------------------------------------------------------------------
+
+
+def test_registry_names_and_lookup():
+    assert set(ROUTERS) == {k.value for k in RouterKind}
+    for name, cls in ((" jsq ", Jsq), ("round-robin", RoundRobin), ("random\n", Random),
+                      ("p2c", P2c), ("affinity", Affinity), ("kv-overlap", KvOverlap),
+                      ("helm", Helm)):  # fmt: skip
+        r = get_router(name)
+        assert type(r) is cls and r.name == name.strip()
+    with pytest.raises(ConfigError) as e:
+        get_router("fastest")
+    assert str(e.value) == "unknown router 'fastest'"
+    assert e.value.hint == "use one of " + ", ".join(ROUTERS)
+
+
+def test_router_parameters():
+    for cls in (RoundRobin, Random, Jsq, P2c):
+        np.testing.assert_array_equal(cls().params(5), [0.0, 0.0])
+        h, n = cls().ring(np.arange(5), 3)
+        assert h.dtype == np.uint64 and n.dtype == np.int64 and len(h) == len(n) == 1
+    np.testing.assert_array_equal(Affinity().params(6), [0.25, 6.0])
+    np.testing.assert_array_equal(KvOverlap().params(6), [1.0, 0.0])
+    np.testing.assert_array_equal(Helm().params(6), [8.0, 8.0])
+    # every shipped router's code is distinct (the kernel dispatches on it)
+    assert len({cls.code for cls in ROUTERS.values()}) == len(ROUTERS)
+
+
+def _brute_ring(nodes, vnodes, seed):
+    """Every (position, node) of the ring, sorted by position (ties keep node order)."""
+    return sorted((int(R.ring_hash(seed, n, v)), n) for n in nodes for v in range(vnodes))
+
+
+def test_ring_is_every_virtual_point_sorted():
+    nodes, seed = [4, 1, 7], 11
+    h, own = build_ring(np.array(nodes), 5, seed)
+    assert list(zip(h.tolist(), own.tolist(), strict=True)) == _brute_ring(nodes, 5, seed)
+    h, own = Affinity().ring(np.array(nodes, np.int32), seed)  # 64 points per node
+    want = _brute_ring(nodes, Affinity.vnodes, seed)
+    assert list(zip(h.tolist(), own.tolist(), strict=True)) == want
+    with pytest.raises(ConfigError) as e:
+        build_ring(np.array([], np.int64), 4, 0)
+    assert str(e.value) == "a ring needs at least one node"
+    assert e.value.hint == "pass --nodes >= 1"
+
+
+def test_router_seed_is_seeded_and_apart_from_the_run_seed():
+    seeds = [router_seed(s) for s in range(50)]
+    assert all(isinstance(s, int) and 0 <= s < 2**32 for s in seeds)
+    assert len(set(seeds)) == 50 and seeds == [router_seed(s) for s in range(50)]
+    assert all(router_seed(s) != s for s in range(50))
