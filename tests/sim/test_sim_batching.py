@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from queueing import fifo
 
 from helm_plan.errors import ConfigError
 from helm_plan.latency.kernel import COEFFS
 from helm_plan.sim.batching import serve
-from helm_plan.sim.queue import fifo
 
 # Only t_launch and t_request are non-zero: T(B) = 1 ms + 0.5 ms per request.
 SIMPLE = np.array([1e-3, 5e-4, 0, 0, 0, 0, 1, 1, 0, 1], np.float64)

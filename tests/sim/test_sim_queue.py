@@ -6,9 +6,9 @@ import heapq
 
 import numpy as np
 import pytest
+from queueing import fifo
 
 from helm_plan.errors import ConfigError
-from helm_plan.sim.queue import fifo
 
 
 def test_hand_worked_single_slot_with_block():
