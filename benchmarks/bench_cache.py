@@ -5,7 +5,7 @@ Run: ``python benchmarks/bench_cache.py [--n 5000000] [--universe 4000000] [--al
 
 (a) EMB LRU with key sizes: one Zipf stream of dense ids, each id one of
     three row sizes (64, 512, 4096 B), through our bare-stream LRU
-    (``helm_plan.cache.lru.emb_lru``, the core's semantics) and through
+    (``tests/stream_lru.py``'s ``emb_lru``, the core's semantics) and through
     libCacheSim's ``LRU.process_trace`` with object sizes over an
     oracleGeneral file written first (not timed). Miss bytes must be equal;
     target: ours >= 10x faster.
@@ -145,7 +145,10 @@ def main() -> int:
     args = ap.parse_args()
     import libcachesim as lcs
 
-    from helm_plan.cache import lru, shards, stack
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import stream_lru as lru  # the bare-stream LRU: a test reference, raced here
+
+    from helm_plan.cache import shards, stack
 
     con = Console()
     ids = zipf_stream(args.n, args.universe, args.alpha, args.seed)

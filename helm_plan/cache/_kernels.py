@@ -19,6 +19,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from helm_plan._hash import counter_hash
 from helm_plan.cache._emblog import (  # noqa: F401  (the EMB LRU's names, re-exported)
     CLK,
     QE,
@@ -42,17 +43,6 @@ HEAD, TAIL, USED, CAP = 0, 1, 2, 3
 OUT_COMPUTED, OUT_REUSED, OUT_CTX, OUT_CAND, OUT_LOOKUP_B, OUT_MISS_B, OUT_MISS = range(7)
 N_OUT = 7
 
-_M1 = np.uint64(0x9E3779B97F4A7C15)
-_M2 = np.uint64(0xBF58476D1CE4E5B9)
-_M3 = np.uint64(0x94D049BB133111EB)
-
-
-@nb.njit(cache=True, inline="always")
-def _mix(z):
-    z = (z ^ (z >> np.uint64(30))) * _M2
-    z = (z ^ (z >> np.uint64(27))) * _M3
-    return z ^ (z >> np.uint64(31))
-
 
 @nb.njit(cache=True, inline="always")
 def draw_position(seed, i, k, tok_off, window):
@@ -61,7 +51,7 @@ def draw_position(seed, i, k, tok_off, window):
     span = hi if hi < window else window
     if span == 0:
         return np.int64(-1)
-    z = _mix(np.uint64(seed) * _M1 + np.uint64(i) * _M2 + np.uint64(k) + _M3)
+    z = counter_hash(seed, i, k)
     # multiply-shift: the top 32 bits of a uniform 32-bit draw times span, exactly uniform
     # enough for span < 2^32 and cheaper than a float conversion
     pick = ((z >> np.uint64(32)) * np.uint64(span)) >> np.uint64(32)

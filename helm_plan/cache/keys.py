@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from helm_plan._hash import M1, mix64
 from helm_plan.profiles import ModelProfile
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_GOLDEN = M1  # SplitMix64's increment, added before the finaliser
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,9 +56,8 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
     """The SplitMix64 finaliser, elementwise on uint64 (a fast, well-mixed integer hash)."""
     z = np.asarray(x, np.uint64) + _GOLDEN
     with np.errstate(over="ignore"):
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+        # the compiled finaliser's Python source, run by numpy: elementwise, no compile
+        return mix64.py_func(z)
 
 
 def table_rows(item_ids: np.ndarray, model: ModelProfile) -> np.ndarray:

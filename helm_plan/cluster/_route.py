@@ -24,6 +24,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from helm_plan._hash import counter_hash
 from helm_plan.cache._kernels import draw_candidate, ring_fill
 from helm_plan.latency.kernel import attention_pairs, batch_time_s
 
@@ -34,30 +35,18 @@ CNT, EST, DTOK, DBLK = range(4)
 """Columns of the per-node load counters."""
 N_LOAD = 4
 
-_M1 = np.uint64(0x9E3779B97F4A7C15)
-_M2 = np.uint64(0xBF58476D1CE4E5B9)
-_M3 = np.uint64(0x94D049BB133111EB)
-
-
-@nb.njit(cache=True, inline="always")
-def mix64(z):
-    """SplitMix64's finaliser (uint64 in, uint64 out)."""
-    z = (z ^ (z >> np.uint64(30))) * _M2
-    z = (z ^ (z >> np.uint64(27))) * _M3
-    return z ^ (z >> np.uint64(31))
-
 
 @nb.njit(cache=True, inline="always")
 def pick(seed, i, k, n):
     """A uniform integer in [0, n) keyed by (seed, i, k): multiply-shift of a 32-bit draw."""
-    z = mix64(np.uint64(seed) * _M1 + np.uint64(i) * _M2 + np.uint64(k) + _M3)
+    z = counter_hash(seed, i, k)
     return np.int64(((z >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32))
 
 
 @nb.njit(cache=True, inline="always")
 def ring_hash(seed, a, b):
     """Position on the consistent-hashing ring of (a, b): a node's virtual point or a user."""
-    return mix64(np.uint64(seed) * _M1 + np.uint64(a) * _M2 + np.uint64(b) + _M3)
+    return counter_hash(seed, a, b)
 
 
 @nb.njit(cache=True, inline="always")

@@ -1,4 +1,10 @@
-"""The batch service-time formula, compiled: the one implementation every simulator calls.
+"""The batch service-time formula, compiled: the one implementation of T(B).
+
+The simulators call :func:`batch_time_s` per batch; ``LatencyModel.batch_time_s`` runs it over
+arrays through :func:`batch_times_s`, and ``latency.model.attention_pairs`` runs
+:func:`attention_pairs`' Python source under numpy. ``LatencyModel.batch_terms_s`` splits T(B)
+into its six terms for the report (a breakdown, not a second T: a test checks that the terms
+sum to it).
 
 DESIGN.md, Latency model (batched). For a batch ``B`` of requests:
 
@@ -56,3 +62,12 @@ def batch_time_s(c, n_req, tokens, pairs, lookup_bytes, miss_bytes, miss_bytes_o
     if miss_bytes > 0:
         h2d += c[8]
     return c[0] + n_req * c[1] + compute + lookup_bytes / c[6] + h2d
+
+
+@nb.njit(cache=True)
+def batch_times_s(c, n_req, tokens, pairs, lookup_bytes, miss_bytes, miss_bytes_over_share, out):  # noqa: ANN001, ANN201
+    """T(B) of every batch of 1-D float64 sums into ``out``: :func:`batch_time_s` over arrays."""
+    for i in range(out.shape[0]):
+        out[i] = batch_time_s(c, n_req[i], tokens[i], pairs[i], lookup_bytes[i], miss_bytes[i],
+                              miss_bytes_over_share[i])  # fmt: skip
+    return out

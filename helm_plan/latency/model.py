@@ -10,9 +10,9 @@ A batch ``B`` of requests (each with ``n`` computed history tokens, context
          + miss_bytes/host_gather_Bps
 
 with ``X = Σ (n_i + M_i)`` and ``P = Σ [n_i·L_i − n_i(n_i − 1)/2 + M_i·L_i]``.
-The compiled :func:`helm_plan.latency.kernel.batch_time_s` is the one the
-simulators call; the numpy methods here evaluate the same formula for reports,
-fits and tests (they agree to 1e-12, tested).
+The compiled :func:`helm_plan.latency.kernel.batch_time_s` is its one implementation:
+the simulators call it per batch and ``LatencyModel.batch_time_s`` over arrays.
+``batch_terms_s`` splits T into its six terms for reports (they sum to T to 1e-12, tested).
 
 Attribution of a batch's terms to its requests (``terms_s`` with ``batch``):
 terms that are sums of per-request parts (``request``, ``emb_hbm``,
@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from helm_plan.errors import ConfigError, ProfileError
+from helm_plan.latency import kernel
 from helm_plan.latency.kernel import COEFFS
 from helm_plan.latency.roofline import derive_profile
 from helm_plan.profiles import (
@@ -62,7 +63,7 @@ def attention_pairs(n: Any, L: Any, M: Any) -> np.ndarray:
     n = np.asarray(n, dtype=np.float64)
     L = np.asarray(L, dtype=np.float64)
     M = np.asarray(M, dtype=np.float64)
-    return n * L - n * (n - 1.0) / 2.0 + M * L
+    return kernel.attention_pairs.py_func(n, L, M)  # the kernel's formula, run by numpy
 
 
 @dataclass(frozen=True)
@@ -123,22 +124,18 @@ class LatencyModel:
         miss_bytes: Any,
         miss_bytes_over_share: Any,
     ) -> np.ndarray:
-        """T(B) in seconds from batch sums (arrays broadcast), the numpy twin of the kernel.
-
-        The operations follow ``kernel.batch_time_s`` in the same order, so
-        both round the same way.
-        """
-        n_req, tokens, pairs, look, miss, mos = (
-            np.asarray(x, dtype=np.float64)
-            for x in (n_req, tokens, pairs, lookup_bytes, miss_bytes, miss_bytes_over_share)
+        """T(B) in seconds from batch sums (arrays broadcast), by the compiled kernel itself."""
+        args = np.broadcast_arrays(
+            *(
+                np.asarray(x, dtype=np.float64)
+                for x in (n_req, tokens, pairs, lookup_bytes, miss_bytes, miss_bytes_over_share)
+            )
         )
-        compute = np.maximum(
-            self.dense_s_per_token * (tokens + self.mfu_half_tokens) + self.attn_s_per_pair * pairs,
-            self.weight_read_s,
-        )
-        h2d = mos / self.h2d_bw_Bps + miss / self.host_gather_Bps
-        h2d = np.where(miss > 0, h2d + self.h2d_latency_s, h2d)
-        return self.t_launch_s + n_req * self.t_request_s + compute + look / self.hbm_bw_Bps + h2d
+        shape = args[0].shape
+        flat = [np.ascontiguousarray(a).ravel() for a in args]
+        out = kernel.batch_times_s(self.coeffs, *flat, np.empty(flat[0].size))
+        # numpy arithmetic on 0-d inputs gives a scalar, and callers have always had one back
+        return out.reshape(shape) if shape else out[0]
 
     def batch_terms_s(
         self,

@@ -1,4 +1,4 @@
-"""Node simulation: the steppable node, the closed-loop policy protocol, queue, refill, metrics.
+"""Node simulation: the steppable node, the closed-loop policy protocol, batching, refill, metrics.
 
 - :class:`NodeRunner` (:mod:`.step`) serves one window at a time from carried
   caches, queue backlog and refill; :func:`simulate_node` drives it with a
@@ -17,7 +17,6 @@ from helm_plan.sim.config import DEFAULT_WINDOW_S, NodeConfig
 from helm_plan.sim.context import NodeContext, load_context, prepare_context
 from helm_plan.sim.node import NodeResult, collect, simulate_node
 from helm_plan.sim.policy import Observation, Policy, SchedulePolicy, StaticPolicy, fill_forward
-from helm_plan.sim.queue import QueueResult, fifo
 from helm_plan.sim.refill import (
     REFILL_MODES,
     Refill,
@@ -38,7 +37,6 @@ __all__ = [
     "NodeRunner",
     "Observation",
     "Policy",
-    "QueueResult",
     "Refill",
     "RefillMode",
     "RefillPlan",
@@ -48,7 +46,6 @@ __all__ = [
     "WindowResult",
     "collect",
     "evaluate_span",
-    "fifo",
     "fill_forward",
     "get_refill",
     "load_context",

@@ -13,7 +13,7 @@ stream takes the next batch from the head of the FIFO queue:
 All members of a batch start and finish together: ``service = T(B)`` from the
 latency model over the batch's sums (:mod:`helm_plan.latency.kernel`), and
 ``sojourn = finish − arrival``. With ``batch_max = 1`` this is the plain FIFO
-of per-request service times (:func:`helm_plan.sim.queue.fifo`). A blocking
+of per-request service times (the reference ``fifo`` in ``tests/queueing.py``). A blocking
 job (an eager refill copy) enters the queue at its time: the batch being
 formed stops at it, it waits for every stream to be idle, then holds them all
 for its duration. The simulators serve one window per call, so a batch never

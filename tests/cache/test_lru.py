@@ -1,4 +1,4 @@
-"""cache/lru.py's wrapper on hand-worked streams: edge cases, the error text and n_ids checks.
+"""tests/stream_lru.py's wrapper on hand-worked streams: edge cases, the error text and n_ids checks.
 
 Pins what the brute-force comparison in ``test_stack.py`` leaves open: the exact figures of
 an empty and a one-access stream (both counts), a sized and a unit LRU worked by hand, the
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import stream_lru as lru
 
-from helm_plan.cache import lru
 from helm_plan.errors import ConfigError
 
 

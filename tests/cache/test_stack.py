@@ -21,10 +21,11 @@ from pathlib import Path
 import libcachesim as lcs
 import numpy as np
 import pytest
+import stream_lru as lru
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helm_plan.cache import lru, shards, stack
+from helm_plan.cache import shards, stack
 from helm_plan.errors import ConfigError
 
 

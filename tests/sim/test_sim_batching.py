@@ -16,12 +16,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from brute import C, _queue, batch_time
+from queueing import fifo
 
 from helm_plan.errors import ConfigError
 from helm_plan.latency.kernel import COEFFS
 from helm_plan.latency.model import TERMS, LatencyModel
 from helm_plan.sim.batching import BatchResult, batch_terms, serve
-from helm_plan.sim.queue import fifo
 
 # Only t_launch and t_request are non-zero: T(B) = 1 ms + 0.5 ms per request.
 SIMPLE = np.array([1e-3, 5e-4, 0, 0, 0, 0, 1, 1, 0, 1], np.float64)  # T(B) = 1 + 0.5|B| ms

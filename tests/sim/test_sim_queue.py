@@ -2,7 +2,7 @@
 
 The FIFO wrapper's checks and what it hands the kernel (a carried backlog, dtypes).
 
-Pins :func:`helm_plan.sim.queue.fifo` (issue 16 mutation survivors): each input check has
+Pins ``tests/queueing.py``'s ``fifo`` (issue 16 mutation survivors): each input check has
 its exact error and accepts its boundary (equal arrivals, zero service, an integral float
 slot count); a carried ``free_at_s`` backlog, integer inputs and blocks are compared with a
 plain-Python slot loop (the earliest-free slot, lowest index on ties).
@@ -14,9 +14,9 @@ import heapq
 
 import numpy as np
 import pytest
+from queueing import fifo
 
 from helm_plan.errors import ConfigError
-from helm_plan.sim.queue import fifo
 
 
 def test_hand_worked_single_slot_with_block():

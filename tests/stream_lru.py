@@ -4,7 +4,10 @@
 with their byte sizes, e.g. an exported ``--stream-out`` stream or a
 benchmark stream: a miss evicts LRU keys until the new key fits, and a key
 larger than the whole capacity is fetched but not cached (tests check it
-against a brute-force LRU and libCacheSim).
+against a brute-force LRU and libCacheSim, and against the stack-distance curves).
+
+Only tests and ``benchmarks/bench_cache.py`` (which races it against libCacheSim) use it,
+so it lives under ``tests/`` rather than in the product.
 """
 
 from __future__ import annotations
