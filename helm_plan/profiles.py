@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,6 +17,14 @@ from helm_plan.errors import ProfileError
 
 T = TypeVar("T")
 GiB = 1 << 30
+HOST_KEYS = ("sm_count", "host_dram_Bps", "gpus_per_host", "host_source")
+"""GPU profile keys the roofline derivation needs beyond the datasheet (no GPU gets a default)."""
+_HOST = {
+    "group": "host",
+    "hint": "add sm_count, host_dram_Bps, gpus_per_host and host_source as in "
+    "profiles/gpu/a100-80g.toml (the SM count from the GPU whitepaper, the host's peak DRAM "
+    "bandwidth and GPUs per host from its server's spec)",
+}
 DEFAULT_GPU = "a100-80g"
 """GPU profile every command uses when none is given."""
 DEFAULT_MODEL = "gr-small"
@@ -43,6 +51,15 @@ class GpuProfile:
     """On-demand price of one GPU, USD per hour."""
     source: str
     """Where the numbers come from."""
+    # Host facts: only the roofline reads them; they sit here so a new GPU is one TOML file.
+    sm_count: int = field(metadata=_HOST)
+    """Streaming multiprocessors of the GPU (sets the roofline's mfu_half_tokens)."""
+    host_dram_Bps: float = field(metadata=_HOST)
+    """Peak DRAM bandwidth of the whole host the GPU sits in, bytes per second."""
+    gpus_per_host: int = field(metadata=_HOST)
+    """GPUs sharing that host DRAM."""
+    host_source: str = field(metadata=_HOST)
+    """Where sm_count, host_dram_Bps and gpus_per_host come from."""
 
 
 TABLE_KEYS = ("identity", "hash")
@@ -244,6 +261,11 @@ def _build(cls: type[T], data: dict[str, Any], where: str) -> T:
     kwargs: dict[str, Any] = {}
     for name, f in fields.items():
         if name not in data:
+            if f.metadata.get("group"):  # name every missing key of the group in one error
+                group = f.metadata["group"]
+                keys = [k for k, g in fields.items() if g.metadata.get("group") == group]
+                gone = ", ".join(repr(k) for k in keys if k not in data)
+                raise ProfileError(f"{where}: missing {group} keys {gone}", hint=f.metadata["hint"])
             if f.default is dataclasses.MISSING:
                 raise ProfileError(
                     f"{where}: missing key {name!r}",
@@ -288,7 +310,8 @@ def _build(cls: type[T], data: dict[str, Any], where: str) -> T:
 def load_gpu(name_or_path: str | Path) -> GpuProfile:
     """Load a GPU profile by shipped name or path."""
     g = _load("gpu", GpuProfile, name_or_path)
-    for k in ("hbm_bytes", "hbm_bw_Bps", "h2d_bw_Bps", "peak_flops"):
+    for k in ("hbm_bytes", "hbm_bw_Bps", "h2d_bw_Bps", "peak_flops", "sm_count", "host_dram_Bps",
+              "gpus_per_host"):  # fmt: skip
         if not getattr(g, k) > 0:
             raise ProfileError(
                 f"gpu profile {g.name}: {k} must be positive, got {getattr(g, k)}",

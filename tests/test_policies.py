@@ -11,7 +11,7 @@ from helm_plan import arrays as A
 from helm_plan.errors import ConfigError, InputFileError
 from helm_plan.latency.model import build_latency_model, resolve_latency
 from helm_plan.oracle import Labels, OracleConfig, write_labels
-from helm_plan.policies import POLICIES, USAGE, PolicyEnv, PolicyKind, parse_policy
+from helm_plan.policies import POLICIES, POLICY_FACTS, PolicyEnv, parse_policy, usage
 from helm_plan.profiles import load_gpu, load_model
 from helm_plan.sim import NodeConfig, Observation, fill_forward, prepare_context, simulate_node
 
@@ -28,8 +28,17 @@ def _ctx():
     return prepare_context(A.from_table(small_table(600)), g, m, lat, pool_fraction=0.3)
 
 
-def test_registry_lists_every_kind():
-    assert set(POLICIES) == {k.value for k in PolicyKind}
+USAGE = usage()
+
+
+def test_registry_lists_every_shipped_spec_with_its_facts():
+    shipped = {"static", "emb-max", "kv-max", "best-static", "schedule", "oracle",
+               "naive-adaptive", "adaptive", "controller", "hill-climb", "threshold"}  # fmt: skip
+    assert set(POLICIES) == shipped and set(POLICY_FACTS) == shipped | {"fleet-static"}
+    assert USAGE == (
+        "use static:R, emb-max, kv-max, best-static, schedule:FILE, oracle, naive-adaptive, "
+        "adaptive, controller[:PATH], hill-climb or threshold[:T]"
+    )
 
 
 @pytest.mark.parametrize(

@@ -82,7 +82,7 @@ from helm_plan.cluster import ROUTERS, ClusterConfig
 from helm_plan.cluster.compare import GridPoint, compare, run_point
 from helm_plan.errors import ConfigError
 from helm_plan.oracle import OracleConfig
-from helm_plan.policies import PolicyKind
+from helm_plan.policies import baseline_policy
 from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL
 from helm_plan.sim import NodeConfig, load_context
 
@@ -125,7 +125,7 @@ def cluster(
     trace: TraceArg,
     nodes: NodesOpt = CLUSTER.nodes,
     router: RouterOpt = CLUSTER.router,
-    policy: PolicyOpt = PolicyKind.BEST_STATIC.value,
+    policy: PolicyOpt = baseline_policy(),
     routers: RoutersOpt = None,
     policies: PoliciesOpt = None,
     gpu: GpuOpt = DEFAULT_GPU,

@@ -72,7 +72,7 @@ from rich import box
 from rich.table import Table
 
 from helm_plan.oracle import OracleConfig
-from helm_plan.policies import USAGE, PolicyEnv, PolicyKind, parse_policy
+from helm_plan.policies import PolicyEnv, baseline_policy, parse_policy, usage
 from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL
 from helm_plan.sim import NodeConfig, load_context, simulate_node
 
@@ -81,7 +81,7 @@ ORACLE = OracleConfig()
 
 PolicyOpt = Annotated[
     str,
-    typer.Option("--policy", help=f"Ratio policy: {USAGE.removeprefix('use ')}."),
+    typer.Option("--policy", help=f"Ratio policy: {usage().removeprefix('use ')}."),
 ]
 WarmupOpt = Annotated[
     int, typer.Option("--warmup-windows", help="Leading windows left out of overall figures.")
@@ -95,7 +95,7 @@ def simulate(
     latency: LatencyOpt = None,
     slo_ms: SloMsOpt = NODE.slo_ms,
     window_s: WindowSOpt = NODE.window_s,
-    policy: PolicyOpt = PolicyKind.BEST_STATIC.value,
+    policy: PolicyOpt = baseline_policy(),
     refill: RefillOpt = None,
     realloc: ReallocAliasOpt = None,
     slots: SlotsOpt = NODE.slots,

@@ -19,6 +19,7 @@ from helm_plan.errors import ConfigError
 from helm_plan.exec import ExecutorConfig
 from helm_plan.oracle import OracleConfig
 from helm_plan.plan.config import require_attainment
+from helm_plan.policies import default_policies
 from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL
 from helm_plan.sim import DEFAULT_WINDOW_S, NodeConfig
 from helm_plan.synth import SynthConfig
@@ -102,8 +103,8 @@ class AnalyzeConfig:
     """Share of requests the plan requires within the SLO."""
     routers: tuple[str, ...] = ("jsq", "affinity", "kv-overlap", "helm")
     """Routers the plan and the routing comparison cover."""
-    plan_policies: tuple[str, ...] = ("best-static", "emb-max", "kv-max", "controller")
-    """Policies the plan covers (hill-climb is left out of analyze's plan: it is a baseline the
+    plan_policies: tuple[str, ...] = default_policies("analyze-plan")
+    """Policies the plan covers (the specs naming ``analyze-plan`` among their defaults) (hill-climb is left out of analyze's plan: it is a baseline the
     controller's tests already beat, and every policy adds a search per router)."""
     max_nodes: int = 64
     """Largest fleet the plan considers."""

@@ -32,7 +32,14 @@ from helm_plan.oracle import (
     sensitivity_table,
 )
 from helm_plan.oracle.static import BackgroundStatic, StaticRuns
-from helm_plan.policies import PolicyEnv, parse_policy
+from helm_plan.policies import (
+    FLEET_STATIC,
+    POLICY_FACTS,
+    PolicyEnv,
+    baseline_policy,
+    default_policies,
+    parse_policy,
+)
 from helm_plan.pool import Pool
 from helm_plan.regimes import RegimeSpan
 from helm_plan.report.tables import (
@@ -197,15 +204,17 @@ def labels_tables(labels: Labels) -> dict[str, pl.DataFrame]:
 
 # ------------------------------------------------------------------ policies
 
-POLICY_NAMES = ("best-static", "emb-max", "kv-max", "naive-adaptive", "adaptive", "controller")
-"""Policies compared by analyze, in table order (specs of :mod:`helm_plan.policies`); the
-``controller`` is the shipped default (:mod:`helm_plan.controller`), deciding per window from
-what a server measures."""
-ADAPTIVE_NAMES = ("naive-adaptive", "adaptive", "controller")
+POLICY_NAMES = default_policies("analyze")
+"""Policies compared by analyze, in table order (the specs of :mod:`helm_plan.policies` that
+name ``analyze`` among their defaults); the ``controller`` is the shipped default
+(:mod:`helm_plan.controller`), deciding per window from what a server measures."""
+ADAPTIVE_NAMES = tuple(n for n in POLICY_NAMES if POLICY_FACTS[n].kind == "adaptive")
 """Policies compared with best static by the window bootstrap."""
-FLEET_STATIC = "fleet-static"
-"""The planned fleet's own split (the r the plan found for its size) on the analysed node: the
-P99 the Capacity section reports for that node, replayed (a row when analyze planned)."""
+BASELINE = baseline_policy()
+"""The policy every adaptive one is compared with (best static)."""
+FIXED_RATIOS = {n: r for n in POLICY_NAMES
+                if isinstance(r := getattr(parse_policy(n), "ratio", None), float)}  # fmt: skip
+"""The analysed statics whose r is a class constant (emb-max, kv-max): read from the memo."""
 
 
 def oracle_pooled(
@@ -331,7 +340,7 @@ def stage_policies(
     results: dict[str, NodeResult] = {}
     grid_r = np.asarray(labels.coarse_grid)
     lab_r = labels.r_star
-    static_r = {"best-static": bs.ratio, "emb-max": 1.0, "kv-max": 0.0, FLEET_STATIC: fleet_ratio}
+    static_r = {BASELINE: bs.ratio, **FIXED_RATIOS, FLEET_STATIC: fleet_ratio}
     by_name = dict(zip(adaptive, ran, strict=True))
     for k, name in enumerate(names, start=2):
         if name in static_r:
@@ -358,8 +367,8 @@ def stage_policies(
     # pool to a worse P99 (a greedy window-by-window search can), the oracle answer is it.
     oracle_schedule = "labels"
     if np.isfinite(bs.p99_ms) and not (o_p99 <= bs.p99_ms):
-        o_p99, o_att, oracle_schedule = bs.p99_ms, bs.slo_attainment, "best-static"
-    base = results["best-static"]
+        o_p99, o_att, oracle_schedule = bs.p99_ms, bs.slo_attainment, BASELINE
+    base = results[BASELINE]
     i0 = len(base.sojourn_s) - base.requests
     widx = base.window_idx
     ad_rows = []
@@ -371,7 +380,7 @@ def stage_policies(
         ad_rows.append(
             {
                 "policy": name,
-                "baseline": "best-static",
+                "baseline": BASELINE,
                 "p99_reduction": 1.0 - results[name].p99_ms / base.p99_ms,
                 "ci_low": ci.lo,
                 "ci_high": ci.hi,

@@ -1,6 +1,7 @@
 """Request routers: an enum of shipped names and a registry (adding a router is one class).
 
-Each class names its rule, carries its parameters and documents its source;
+Each class names its rule, carries its parameters, its report colour and marker
+symbol (the report reads them from :data:`ROUTERS`) and documents its source;
 the rule itself is a compiled function in :mod:`helm_plan.cluster._route`
 that the request kernel dispatches to by ``code``. A router sees only what a
 real router knows at the request's arrival (DESIGN.md, Cluster and routing):
@@ -54,6 +55,10 @@ class Router(ABC):
 
     name: ClassVar[str]
     code: ClassVar[int]
+    colour: ClassVar[str]
+    """Its colour on every chart of the report."""
+    symbol: ClassVar[str]
+    """Its plotly marker symbol (charts that colour by policy mark the router by shape)."""
 
     def params(self, n_nodes: int) -> np.ndarray:
         """Float parameters the kernel passes to the rule (``rp``) for ``n_nodes`` nodes."""
@@ -88,6 +93,8 @@ class RoundRobin(Router):
     Services; it ignores load and caches, so per-node load varies only with request size."""
 
     name = RouterKind.ROUND_ROBIN.value
+    colour = "#adb5bd"
+    symbol = "triangle-up"
     code = R.ROUND_ROBIN
 
 
@@ -98,6 +105,8 @@ class Random(Router):
     of the supermarket model (Mitzenmacher, IEEE TPDS 2001)."""
 
     name = RouterKind.RANDOM.value
+    colour = "#9b5de5"
+    symbol = "x"
     code = R.RANDOM
 
 
@@ -109,6 +118,8 @@ class Jsq(Router):
     Systems, 2013, ch. 24); with exact remaining work it equals a central M/G/N queue."""
 
     name = RouterKind.JSQ.value
+    colour = "#264653"
+    symbol = "circle"
     code = R.JSQ
 
 
@@ -119,6 +130,8 @@ class P2c(Router):
     TPDS 2001; Envoy's LEAST_REQUEST). Near-JSQ balance from two probes."""
 
     name = RouterKind.P2C.value
+    colour = "#457b9d"
+    symbol = "cross"
     code = R.P2C
 
 
@@ -133,6 +146,8 @@ class Affinity(Router):
     brpc's ``c_murmurhash_bl`` default; load is outstanding requests, as in both."""
 
     name = RouterKind.AFFINITY.value
+    colour = "#2a9d8f"
+    symbol = "square"
     code = R.AFFINITY
     eps: float = 0.25
     vnodes: int = 64
@@ -158,6 +173,8 @@ class KvOverlap(Router):
     active, and its prefill counts, until its batch finishes (single-pass GR has no decode)."""
 
     name = RouterKind.KV_OVERLAP.value
+    colour = "#e9c46a"
+    symbol = "diamond"
     code = R.KV_OVERLAP
     overlap_score_weight: float = 1.0
 
@@ -178,6 +195,8 @@ class Helm(Router):
     project's router (DESIGN.md, Cluster and routing)."""
 
     name = RouterKind.HELM.value
+    colour = "#d62828"
+    symbol = "star"
     code = R.HELM
     hist_sample: int = 8
     cand_sample: int = 8

@@ -19,6 +19,10 @@ So, with 2 FLOPs per MAC (``ModelProfile.dense_flops_per_token`` and
 - ``host_gather_Bps = min(threads·per-thread bandwidth, the GPU's share of
   host DRAM bandwidth)``.
 
+``sm_count``, ``host_dram_Bps`` and ``gpus_per_host`` come from the GPU profile
+(with their ``host_source``), so a new GPU is one TOML file; a profile without
+them refuses to load rather than borrowing another GPU's host.
+
 Every assumption, number and source lands in the profile's ``[derivation]``
 table. Run ``python -m helm_plan.latency.roofline DIR`` to (re)write the
 shipped ``profiles/latency`` files; a test checks they equal this derivation.
@@ -47,36 +51,6 @@ from helm_plan.profiles import (
 )
 
 SOURCE = "DERIVED (roofline estimate from the GPU and model profiles), not measured"
-
-
-@dataclass(frozen=True)
-class GpuHost:
-    """What the roofline needs beyond the GPU profile: SM count and the host's DRAM."""
-
-    sm_count: int
-    """Streaming multiprocessors of the GPU."""
-    host_dram_Bps: float
-    """Peak DRAM bandwidth of the whole host, bytes per second."""
-    gpus_per_host: int
-    """GPUs sharing that host DRAM."""
-    source: str
-    """Where the numbers come from."""
-
-
-HOSTS: dict[str, GpuHost] = {
-    "a100-40g": GpuHost(108, 2 * 8 * 25.6e9, 8, "A100 whitepaper (108 SMs); DGX A100 host: 2 sockets x 8 channels DDR4-3200 (25.6 GB/s each), 8 GPUs"),
-    "a100-80g": GpuHost(108, 2 * 8 * 25.6e9, 8, "A100 whitepaper (108 SMs); DGX A100 host: 2 sockets x 8 channels DDR4-3200 (25.6 GB/s each), 8 GPUs"),
-    "h100-80g": GpuHost(132, 2 * 8 * 38.4e9, 8, "H100 whitepaper (132 SMs, SXM5); DGX H100 host: 2 sockets x 8 channels DDR5-4800 (38.4 GB/s each), 8 GPUs"),
-    "h200-141g": GpuHost(132, 2 * 8 * 38.4e9, 8, "H200 is the GH100 die of the H100 SXM5 (132 SMs); DGX H200 host as DGX H100: 2 x 8 channels DDR5-4800, 8 GPUs"),
-}  # fmt: skip
-"""SM count and host DRAM per shipped GPU; any other GPU is assumed A100-class (see ``host_for``)."""
-
-
-def host_for(gpu: GpuProfile) -> tuple[GpuHost, bool]:
-    """The SM/host facts for ``gpu`` and whether they are known (else the A100-class default)."""
-    if gpu.name in HOSTS:
-        return HOSTS[gpu.name], True
-    return HOSTS["a100-80g"], False
 
 
 @dataclass(frozen=True)
@@ -149,19 +123,15 @@ def derivation(
 ) -> dict[str, Any]:
     """Every intermediate number of the roofline, with formulas and sources (``[derivation]``)."""
     a = assume or RooflineAssumptions()
-    host, known = host_for(gpu)
     d, layers = model.d_model, model.layers
     dense_flops = model.dense_flops_per_token
     attn_flops = model.attn_flops_per_pair
     launches = layers * a.kernels_per_layer + a.kernels_fixed
     weight_bytes = layers * 5 * d * d * a.weight_dtype_bytes
     uvqk_tiles_per_row_block = max(1, (4 * d) // a.tile_n)
-    half_wave_tokens = host.sm_count * a.tile_m / (2 * uvqk_tiles_per_row_block)
-    dram_share = host.host_dram_Bps * a.dram_efficiency / host.gpus_per_host
+    half_wave_tokens = gpu.sm_count * a.tile_m / (2 * uvqk_tiles_per_row_block)
+    dram_share = gpu.host_dram_Bps * a.dram_efficiency / gpu.gpus_per_host
     threads_bw = a.gather_threads * a.thread_gather_Bps
-    host_note = (
-        host.source if known else f"unknown GPU {gpu.name}: A100-class assumed ({host.source})"
-    )
     return {
         "method": "roofline: FLOPs / (peak_flops * efficiency); bytes / bandwidth",
         "reference": "HSTU, Zhai et al. ICML 2024 (arXiv 2402.17152), Eqs. 1-3",
@@ -187,19 +157,19 @@ def derivation(
         "request_s": a.request_s,
         "weight_bytes_read": weight_bytes,
         "hbm_bw_Bps": gpu.hbm_bw_Bps,
-        "sm_count": host.sm_count,
+        "sm_count": gpu.sm_count,
         "tile_m": a.tile_m,
         "tile_n": a.tile_n,
         "uvqk_tiles_per_row_block": uvqk_tiles_per_row_block,
         "gather_threads": a.gather_threads,
         "thread_gather_Bps": a.thread_gather_Bps,
-        "host_dram_Bps": host.host_dram_Bps,
+        "host_dram_Bps": gpu.host_dram_Bps,
         "dram_efficiency": a.dram_efficiency,
-        "gpus_per_host": host.gpus_per_host,
+        "gpus_per_host": gpu.gpus_per_host,
         "host_dram_share_Bps": dram_share,
         "host_threads_Bps": threads_bw,
         "host_gather_bound": "threads" if threads_bw <= dram_share else "dram",
-        "host": host_note,
+        "host": gpu.host_source,
         "h2d_bw_Bps": gpu.h2d_bw_Bps,
         "h2d_latency_s": gpu.h2d_latency_s,
         "half_wave_tokens": half_wave_tokens,

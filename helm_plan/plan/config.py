@@ -11,16 +11,17 @@ from helm_plan.config import require_at_most, require_int, require_positive, req
 from helm_plan.errors import ConfigError
 from helm_plan.oracle import OracleConfig
 from helm_plan.plan.scale import ScaleBy
+from helm_plan.policies import baseline_policy, default_policies
 from helm_plan.profiles import DEFAULT_MODEL
 from helm_plan.sim.config import NodeConfig
 
 DEFAULT_GPUS = ("a100-80g", "h100-80g", "h200-141g")
 """GPU kinds compared by default (`helm-plan profiles` lists every shipped one)."""
-DEFAULT_POLICIES = ("best-static", "emb-max", "kv-max", "hill-climb", "controller")
-"""Policies planned by default; those not in this build's catalogue are left out."""
+DEFAULT_POLICIES = default_policies("plan")
+"""Policies planned by default (the specs naming ``plan`` among their defaults), in display order."""
 DEFAULT_ROUTERS = ("jsq", "affinity", "kv-overlap", "helm")
 """Routers planned by default."""
-BASELINE_POLICY = "best-static"
+BASELINE_POLICY = baseline_policy()
 """The reference every saving is measured against: one static split fleet-wide ..."""
 DEFAULT_BASELINE_ROUTER = "jsq"
 """... behind a load-only router."""

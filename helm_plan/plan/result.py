@@ -32,14 +32,13 @@ from helm_plan.plan.loadcurve import LoadCurve
 from helm_plan.plan.scale import Scaling
 from helm_plan.plan.search import Search, cost
 from helm_plan.plan.verdict import Facts, fleet_split_sentence, split_sentence
+from helm_plan.policies import is_static
 from helm_plan.sim import NodeConfig
 from helm_plan.sim.context import NodeContext
 
 if TYPE_CHECKING:
     from helm_plan.plan.gpus import GpuSetup
 
-STATIC_POLICIES = ("best-static", "emb-max", "kv-max", "static")
-"""Policy families that hold one split for the whole run."""
 SCHEMA_VERSION = 1
 """plan.json schema version (docs/plan-json.md)."""
 
@@ -117,10 +116,6 @@ def nodes_saved_ci(
     alpha = (1 - cfg.ci_level) / 2
     lo, hi = np.quantile(diff, [alpha, 1 - alpha])
     return float(lo), float(hi)
-
-
-def _is_static(policy: str) -> bool:
-    return policy.partition(":")[0] in STATIC_POLICIES
 
 
 def build_result(
@@ -204,7 +199,7 @@ def _savings(cfg, names, by, setups, policies, routers, n_w) -> pl.DataFrame:
         return min(ok, key=lambda c: (c.search.nodes, c.search.at[c.search.nodes].p99_ms))
 
     for gi in range(len(names)):
-        adaptive = [p for p in policies if not _is_static(p)]
+        adaptive = [p for p in policies if not is_static(p)]
         if BASELINE_POLICY in policies and adaptive:
             for r in routers:
                 a = best([by[(gi, p, r)] for p in adaptive])

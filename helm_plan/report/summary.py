@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from helm_plan.plan.verdict import Facts, verdicts
+from helm_plan.policies import FLEET_STATIC, baseline_policy
 from helm_plan.report.controller import controller_summary
 from helm_plan.report.page import flat_tol
 from helm_plan.report.regimes import regimes_summary
@@ -39,7 +40,7 @@ SUMMARY_SCHEMA = "helm-plan/summary"
 SUMMARY_SCHEMA_VERSION = "1.1"
 
 
-BASELINE = "best-static"
+BASELINE = baseline_policy()
 ADAPTIVE = "adaptive"
 
 
@@ -167,7 +168,7 @@ def facts(run: RunData) -> Facts:
     pols = {p["name"]: p for p in h["policies"]}
     op = m.get("operating") or {}
     bs = h["best_static"]
-    node = pols.get("fleet-static") if op else pols.get(BASELINE)
+    node = pols.get(FLEET_STATIC) if op else pols.get(BASELINE)
     spread = sensitivity_summary(run)["extreme_split_penalty"]
     ref = (pols.get(BASELINE) or {}).get("p99_ms")
     ext = tuple((pols.get(k) or {}).get("p99_ms") for k in ("emb-max", "kv-max"))

@@ -225,7 +225,9 @@ def test_resolve_latency_shipped_path_and_roofline() -> None:
     assert resolve_latency(gpu, model, None) == load_latency("h100-80g_gr-large")
     assert resolve_latency(gpu, model, "a100-80g_gr-small").name == "a100-80g_gr-small"
     # A user's own GPU has no shipped profile: derived on the fly by the roofline.
-    mine = GpuProfile("my-gpu", 48 << 30, 1e12, 2e10, 5e-6, 200e12, 1.0, "mine")
+    mine = GpuProfile(
+        "my-gpu", 48 << 30, 1e12, 2e10, 5e-6, 200e12, 1.0, "mine", 108, 409.6e9, 8, "mine"
+    )
     lat = resolve_latency(mine, model, None)
     assert lat.gpu == "my-gpu" and "DERIVED" in lat.source
     # 24 layers * 10 * 1024^2 FLOPs / (200e12 * 0.6)

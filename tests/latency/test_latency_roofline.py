@@ -6,6 +6,7 @@ import tomllib
 
 import pytest
 
+from helm_plan.errors import ProfileError
 from helm_plan.latency.model import build_latency_model
 from helm_plan.latency.roofline import (
     RooflineAssumptions,
@@ -98,10 +99,19 @@ def test_faster_gpu_is_faster() -> None:
     assert h100.dense_s_per_token == pytest.approx(a100.dense_s_per_token * 312 / 989)
 
 
-def test_unknown_gpu_is_flagged_and_assumptions_apply() -> None:
-    mine = GpuProfile("my-gpu", 48 << 30, 1e12, 2e10, 5e-6, 200e12, 1.0, "mine")
+def test_a_users_gpu_brings_its_host_facts_and_assumptions_apply() -> None:
+    mine = GpuProfile(
+        "my-gpu", 48 << 30, 1e12, 2e10, 5e-6, 200e12, 1.0, "mine", 96, 300e9, 4, "my host"
+    )
     d = derivation(mine, load_model("gr-small"))
-    assert d["host"].startswith("unknown GPU my-gpu") and d["sm_count"] == 108
+    assert (d["host"], d["sm_count"], d["host_dram_Bps"], d["gpus_per_host"]) == (
+        "my host",
+        96,
+        300e9,
+        4,
+    )
+    # 96 SMs * 128 rows / (2 * (4*256/128) tiles per row block)
+    assert d["half_wave_tokens"] == 96 * 128 / (2 * 8)
     lat = derive_profile(mine, load_model("gr-small"), RooflineAssumptions(launch_s=1e-6))
     assert lat.t_launch_s == pytest.approx(28e-6, rel=1e-12)
 
@@ -131,3 +141,23 @@ def test_gr_prod_tables() -> None:
     assert (m.token_lookup_bytes, m.candidate_lookup_bytes) == (896, 768)
     assert m.max_seq_len == 8192 and m.kv_slide_chunk == 512 and m.layers == 16
     assert "HSTU" in m.source and "ICML 2024" in m.source
+
+
+def test_a_gpu_profile_without_host_facts_refuses_to_load(tmp_path) -> None:
+    # No GPU silently borrows an A100's host: the error names every missing key and the fix.
+    src = (_data_root() / "gpu" / "a100-80g.toml").read_text()
+    kept = [ln for ln in src.splitlines() if not ln.startswith(("sm_count", "gpus_per_host"))]
+    p = tmp_path / "no-host.toml"
+    p.write_text("\n".join(kept) + "\n")
+    with pytest.raises(ProfileError, match="missing host keys 'sm_count', 'gpus_per_host'") as ei:
+        load_gpu(p)
+    assert "\n" not in ei.value.one_line() and "profiles/gpu/a100-80g.toml" in ei.value.hint
+
+
+def test_host_facts_live_in_the_gpu_profiles() -> None:
+    for g in available("gpu"):
+        gpu = load_gpu(g)
+        assert gpu.sm_count > 0 and gpu.host_dram_Bps > 0 and gpu.gpus_per_host > 0
+        assert (
+            gpu.host_source and derivation(gpu, load_model("gr-small"))["host"] == gpu.host_source
+        )

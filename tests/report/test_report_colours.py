@@ -1,4 +1,4 @@
-"""One colour per policy and per router name, held in report/colours.py and used by every chart."""
+"""One colour per policy and per router name, held by each registered class and used by every chart."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from fake_run import make_fleet_run
 
 from helm_plan.cluster.routers import ROUTERS, RouterKind
-from helm_plan.policies import POLICIES, PolicyKind
+from helm_plan.policies import POLICY_FACTS
 from helm_plan.report import colours
 from helm_plan.report.sections.capacity import load_curves, pareto
 from helm_plan.report.sections.policies import policy_p99
@@ -18,18 +18,18 @@ def _rgb(h: str) -> tuple[int, ...]:
 
 
 @pytest.mark.parametrize(
-    ("names", "table"),
+    ("names", "lookup"),
     [
-        (set(POLICIES) | {k.value for k in PolicyKind}, colours.POLICY_COLOURS),
-        (set(ROUTERS) | {k.value for k in RouterKind}, colours.ROUTER_COLOURS),
-        (set(ROUTERS) | {k.value for k in RouterKind}, colours.ROUTER_SYMBOLS),
+        (set(POLICY_FACTS), colours.policy_colour),
+        (set(ROUTERS) | {k.value for k in RouterKind}, colours.router_colour),
+        (set(ROUTERS) | {k.value for k in RouterKind}, colours.router_symbol),
     ],
 )
-def test_every_shipped_name_has_its_own_colour_and_symbol(names, table):
-    assert names <= set(table), f"no entry for {sorted(names - set(table))}"
-    got = [table[n] for n in sorted(names)]
+def test_every_shipped_name_has_its_own_colour_and_symbol(names, lookup):
+    got = [lookup(n) for n in sorted(names)]
+    assert "#333333" not in got and "circle-open" not in got  # no name falls to the default
     assert len(set(got)) == len(got)  # one per name, none shared
-    if table is not colours.ROUTER_SYMBOLS:  # colours that differ by a hair are not distinct
+    if lookup is not colours.router_symbol:  # colours that differ by a hair are not distinct
         rgb = [_rgb(c) for c in got]
         gaps = [sum((x - y) ** 2 for x, y in zip(a, b, strict=True)) ** 0.5
                 for i, a in enumerate(rgb) for b in rgb[i + 1 :]]  # fmt: skip
@@ -37,10 +37,10 @@ def test_every_shipped_name_has_its_own_colour_and_symbol(names, table):
 
 
 def test_a_policy_with_an_argument_takes_its_names_colour():
-    assert colours.policy_colour("static:0.3") == colours.POLICY_COLOURS["static"]
-    assert colours.policy_colour("controller:ctl.npz") == colours.POLICY_COLOURS["controller"]
-    assert colours.policy_colour("nonesuch") not in colours.POLICY_COLOURS.values()
-    assert colours.router_colour("nonesuch") not in colours.ROUTER_COLOURS.values()
+    assert colours.policy_colour("static:0.3") == POLICY_FACTS["static"].colour
+    assert colours.policy_colour("controller:ctl.npz") == POLICY_FACTS["controller"].colour
+    assert colours.policy_colour("nonesuch") not in {f.colour for f in POLICY_FACTS.values()}
+    assert colours.router_colour("nonesuch") not in {c.colour for c in ROUTERS.values()}
 
 
 def test_charts_take_their_colours_and_symbols_from_the_registry():

@@ -1,40 +1,8 @@
-"""The named-policy catalogue: every policy spec a user can type, parsed in one place.
-
-``simulate --policy``, ``analyze`` and (next) the cluster and planner parse
-specs here; each spec builds a closed-loop :class:`helm_plan.sim.policy.Policy`
-for a prepared trace, possibly after a search (best static) or from oracle
-labels. A small registry, like Vidur's schedulers: adding a policy is one
-class with a ``name`` that calls :func:`register_policy`.
-
-Specs:
-
-- ``static:R``: r = R in every window;
-- ``emb-max``: r = 1 (the whole pool to EMB);
-- ``kv-max``: r = 0 (the whole pool to KV);
-- ``best-static``: the single r minimising whole-trace P99
-  (:func:`helm_plan.oracle.best_static`);
-- ``schedule:FILE``: per-window ``r_star`` from an oracle labels parquet;
-  windows without requests keep the previous window's ratio;
-- ``oracle``: the oracle schedule of this trace (the run's labels, or labelled
-  now) at the node's refill mode;
-- ``naive-adaptive``, ``adaptive``: the oracle schedule with ``eager`` and
-  ``throttled`` refill (the naive and the HELM way to move the split);
-- ``controller``, ``controller:PATH``: the controller (:mod:`helm_plan.controller`),
-  the shipped default or a trained ``.npz``; its guard falls back to this
-  run's best static ratio when the run has searched it (``PolicyEnv.best_static``),
-  else to the best ratio of the node's own measured curve;
-- ``hill-climb``: ghost-cache hill climbing, a fixed step of 0.05 toward the
-  cache whose ghost gain saves more service time;
-- ``threshold``, ``threshold:T``: the simple rule, to the measured curve's
-  optimum (EMB hit gain = KV reuse gain per byte) when that saves more than
-  ``T`` (default 0.005) of the window's busy time.
-"""
+"""The shipped policy specs (the catalogue's list is in :mod:`helm_plan.policies`)."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -48,114 +16,32 @@ from helm_plan.controller.policy import (
 )
 from helm_plan.controller.runtime import DEFAULT_PATH, Controller
 from helm_plan.errors import ConfigError
-from helm_plan.exec import Executor, Progress
-from helm_plan.oracle import (
-    BestStatic,
-    Labels,
-    OracleConfig,
-    best_static,
-    label_windows,
-    read_labels,
+from helm_plan.oracle import best_static, label_windows, read_labels
+from helm_plan.policies.registry import (
+    DEFAULTS_OF,
+    Built,
+    PolicyEnv,
+    PolicySpec,
+    register_policy,
+    usage,
 )
 from helm_plan.sim.config import NodeConfig
 from helm_plan.sim.context import NodeContext
-from helm_plan.sim.policy import Policy, SchedulePolicy, StaticPolicy, fill_forward
+from helm_plan.sim.policy import SchedulePolicy, StaticPolicy, fill_forward
 
-USAGE = (
-    "use static:R, emb-max, kv-max, best-static, schedule:FILE, oracle, naive-adaptive, "
-    "adaptive, controller[:PATH], hill-climb or threshold[:T]"
-)
-
-
-class PolicyKind(StrEnum):
-    """Shipped policy names."""
-
-    STATIC = "static"
-    EMB_MAX = "emb-max"
-    KV_MAX = "kv-max"
-    BEST_STATIC = "best-static"
-    SCHEDULE = "schedule"
-    ORACLE = "oracle"
-    NAIVE_ADAPTIVE = "naive-adaptive"
-    ADAPTIVE = "adaptive"
-    CONTROLLER = "controller"
-    HILL_CLIMB = "hill-climb"
-    THRESHOLD = "threshold"
-
-
-@dataclass(frozen=True)
-class PolicyEnv:
-    """What a spec may use to build its policy."""
-
-    oracle: OracleConfig = field(default_factory=OracleConfig)
-    """How searches (best static, oracle labels) run."""
-    labels: Labels | None = None
-    """This run's oracle labels, if already made (else specs that need them label now)."""
-    best_static: BestStatic | None = None
-    """This run's best-static search, if already made."""
-    executor: Executor | None = None
-    """Where independent searches run (default: in process)."""
-    progress: Progress | None = None
-    """Progress of a search, ``(done, total)``."""
-
-
-@dataclass(frozen=True)
-class Built:
-    """A policy ready to drive a node, with the refill mode it needs."""
-
-    policy: Policy
-    """The closed-loop policy."""
-    refill: str | None = None
-    """Refill mode the spec requires (None: the node config's)."""
-
-
-class PolicySpec(ABC):
-    """A parsed policy spec; ``build`` makes the runtime policy for one trace."""
-
-    name: ClassVar[str]
-    takes_arg: ClassVar[bool] = False
-    optional_arg: ClassVar[bool] = False
-    """With takes_arg: the argument may be left out (``name`` alone)."""
-    searches: ClassVar[bool] = False
-    """True when building runs a search (worth a progress bar)."""
-
-    @classmethod
-    def from_arg(cls, arg: str | None) -> PolicySpec:
-        """Build the spec from the text after ``name:`` (None if absent)."""
-        return cls()
-
-    @abstractmethod
-    def build(self, ctx: NodeContext, node_cfg: NodeConfig, env: PolicyEnv) -> Built:
-        """The closed-loop policy for ``ctx`` (and the refill mode it needs)."""
-
-    @property
-    def spec(self) -> str:
-        """The canonical spec string."""
-        return self.name
-
-
-POLICIES: dict[str, type[PolicySpec]] = {}
-"""Registered policy specs by name."""
-
-
-def register_policy(cls: type[PolicySpec]) -> type[PolicySpec]:
-    """Class decorator: make ``cls`` parseable under ``cls.name``."""
-    POLICIES[cls.name] = cls
-    return cls
-
-
-def parse_policy(spec: str) -> PolicySpec:
-    """Parse a policy spec, with a precise error for unknown or malformed ones."""
-    text = spec.strip()
-    name, sep, arg = text.partition(":")
-    cls = POLICIES.get(name)
-    if cls is None:
-        raise ConfigError(f"unknown policy {spec!r}", hint=USAGE)
-    if cls.takes_arg and not sep and not cls.optional_arg:
-        raise ConfigError(f"policy {name!r} needs an argument", hint=USAGE)
-    if not cls.takes_arg and sep:
-        raise ConfigError(f"policy {name!r} takes no argument, got {spec!r}", hint=USAGE)
-    return cls.from_arg(arg if sep else None)
+__all__ = [
+    "Adaptive",
+    "BestStaticSpec",
+    "ControllerSpec",
+    "EmbMax",
+    "HillClimb",
+    "KvMax",
+    "NaiveAdaptive",
+    "OracleSchedule",
+    "Schedule",
+    "Static",
+    "Threshold",
+]
 
 
 @register_policy
@@ -167,10 +53,14 @@ class Static(PolicySpec):
     """EMB share in [0, 1]."""
     name: ClassVar[str] = "static"
     takes_arg: ClassVar[bool] = True
+    kind: ClassVar[str] = "static"
+    colour: ClassVar[str] = "#7f7f7f"
+    order: ClassVar[int] = 10
+    usage: ClassVar[str] = "static:R"
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.ratio) and 0.0 <= self.ratio <= 1.0):
-            raise ConfigError(f"policy static: R must be in [0, 1], got {self.ratio}", hint=USAGE)
+            raise ConfigError(f"policy static: R must be in [0, 1], got {self.ratio}", hint=usage())
 
     @classmethod
     def from_arg(cls, arg: str | None) -> PolicySpec:
@@ -178,7 +68,7 @@ class Static(PolicySpec):
             r = float(arg or "")
         except ValueError:
             raise ConfigError(
-                f"policy static: R must be a number in [0, 1], got {arg!r}", hint=USAGE
+                f"policy static: R must be a number in [0, 1], got {arg!r}", hint=usage()
             ) from None
         return cls(r)
 
@@ -207,6 +97,10 @@ class EmbMax(_PoolToOneCache):
 
     name: ClassVar[str] = "emb-max"
     ratio: ClassVar[float] = 1.0
+    kind: ClassVar[str] = "static"
+    colour: ClassVar[str] = "#d08a2c"
+    order: ClassVar[int] = 1
+    defaults_of: ClassVar[tuple[str, ...]] = DEFAULTS_OF
 
 
 @register_policy
@@ -216,6 +110,10 @@ class KvMax(_PoolToOneCache):
 
     name: ClassVar[str] = "kv-max"
     ratio: ClassVar[float] = 0.0
+    kind: ClassVar[str] = "static"
+    colour: ClassVar[str] = "#8064a2"
+    order: ClassVar[int] = 2
+    defaults_of: ClassVar[tuple[str, ...]] = DEFAULTS_OF
 
 
 @register_policy
@@ -225,6 +123,11 @@ class BestStaticSpec(PolicySpec):
 
     name: ClassVar[str] = "best-static"
     searches: ClassVar[bool] = True
+    kind: ClassVar[str] = "baseline"
+    in_cluster: ClassVar[str] = "fleet-search"
+    colour: ClassVar[str] = "#1f4e79"
+    order: ClassVar[int] = 0
+    defaults_of: ClassVar[tuple[str, ...]] = DEFAULTS_OF
 
     def build(self, ctx: NodeContext, node_cfg: NodeConfig, env: PolicyEnv) -> Built:
         bs = env.best_static or best_static(ctx, node_cfg, env.oracle, env.progress, env.executor)
@@ -240,11 +143,14 @@ class Schedule(PolicySpec):
     """Labels parquet written by ``helm-plan oracle``."""
     name: ClassVar[str] = "schedule"
     takes_arg: ClassVar[bool] = True
+    colour: ClassVar[str] = "#bcbd22"
+    order: ClassVar[int] = 11
+    usage: ClassVar[str] = "schedule:FILE"
 
     @classmethod
     def from_arg(cls, arg: str | None) -> PolicySpec:
         if not arg:
-            raise ConfigError("policy schedule needs a labels file: schedule:FILE", hint=USAGE)
+            raise ConfigError("policy schedule needs a labels file: schedule:FILE", hint=usage())
         p = Path(arg)
         if not p.exists():
             raise ConfigError(
@@ -283,6 +189,9 @@ class OracleSchedule(PolicySpec):
     name: ClassVar[str] = "oracle"
     searches: ClassVar[bool] = True
     refill: ClassVar[str | None] = None
+    colour: ClassVar[str] = "#17becf"
+    order: ClassVar[int] = 9
+    in_cluster: ClassVar[str] = "refused"  # it labels one node's trace
 
     def build(self, ctx: NodeContext, node_cfg: NodeConfig, env: PolicyEnv) -> Built:
         lab = env.labels or label_windows(ctx, node_cfg, env.oracle, env.progress, env.executor)
@@ -296,6 +205,9 @@ class NaiveAdaptive(OracleSchedule):
 
     name: ClassVar[str] = "naive-adaptive"
     refill: ClassVar[str | None] = "eager"
+    colour: ClassVar[str] = "#c0504d"
+    order: ClassVar[int] = 3
+    defaults_of: ClassVar[tuple[str, ...]] = ("analyze",)
 
 
 @register_policy
@@ -305,6 +217,9 @@ class Adaptive(OracleSchedule):
 
     name: ClassVar[str] = "adaptive"
     refill: ClassVar[str | None] = "throttled"
+    colour: ClassVar[str] = "#4f8f3a"
+    order: ClassVar[int] = 4
+    defaults_of: ClassVar[tuple[str, ...]] = ("analyze",)
 
 
 @register_policy
@@ -317,6 +232,10 @@ class ControllerSpec(PolicySpec):
     name: ClassVar[str] = "controller"
     takes_arg: ClassVar[bool] = True
     optional_arg: ClassVar[bool] = True
+    colour: ClassVar[str] = "#e377c2"
+    order: ClassVar[int] = 7
+    usage: ClassVar[str] = "controller[:PATH]"
+    defaults_of: ClassVar[tuple[str, ...]] = DEFAULTS_OF
 
     @classmethod
     def from_arg(cls, arg: str | None) -> PolicySpec:
@@ -342,6 +261,9 @@ class HillClimb(PolicySpec):
     """Ghost-cache hill climbing (a baseline for the controller)."""
 
     name: ClassVar[str] = "hill-climb"
+    colour: ClassVar[str] = "#8c564b"
+    order: ClassVar[int] = 5
+    defaults_of: ClassVar[tuple[str, ...]] = ("plan",)
 
     def build(self, ctx: NodeContext, node_cfg: NodeConfig, env: PolicyEnv) -> Built:
         return Built(HillClimbPolicy(ctx, node_cfg, name=self.name))
@@ -357,6 +279,9 @@ class Threshold(PolicySpec):
     name: ClassVar[str] = "threshold"
     takes_arg: ClassVar[bool] = True
     optional_arg: ClassVar[bool] = True
+    colour: ClassVar[str] = "#6a3d9a"
+    order: ClassVar[int] = 6
+    usage: ClassVar[str] = "threshold[:T]"
 
     @classmethod
     def from_arg(cls, arg: str | None) -> PolicySpec:
@@ -366,10 +291,10 @@ class Threshold(PolicySpec):
             t = float(arg)
         except ValueError:
             raise ConfigError(
-                f"policy threshold: T must be a number in [0, 1), got {arg!r}", hint=USAGE
+                f"policy threshold: T must be a number in [0, 1), got {arg!r}", hint=usage()
             ) from None
         if not 0.0 <= t < 1.0:
-            raise ConfigError(f"policy threshold: T must be in [0, 1), got {t}", hint=USAGE)
+            raise ConfigError(f"policy threshold: T must be in [0, 1), got {t}", hint=usage())
         return cls(t)
 
     def build(self, ctx: NodeContext, node_cfg: NodeConfig, env: PolicyEnv) -> Built:
