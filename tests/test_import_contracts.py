@@ -87,7 +87,7 @@ def test_the_copy_keeps_every_contract(tree: Path) -> None:
         # an upward import from a low layer.
         ("helm_plan/cache/_probe.py", "helm_plan.sim", PIPELINE),
         ("helm_plan/ingest/_probe.py", "helm_plan.controller", PIPELINE),
-        ("helm_plan/report/_probe.py", "helm_plan.cluster", "The report reads the run store"),
+        ("helm_plan/report/_probe.py", "helm_plan.cluster.sim", "The report reads the run store"),
         ("helm_plan_cli/commands/_probe.py", "helm_plan_cli.commands.plan_cmd", "CLI commands"),
         ("helm_plan/exec/local.py", "helm_plan.exec.ray", "Executor layers"),
     ],
