@@ -224,9 +224,13 @@ def traffic_sentence(s: Scaling, window_s: float) -> str:
     if s.peak_qps_target is not None:
         asked = (f" (asked {s.peak_qps_target:,.0f}: "
                  f"{s.peak_qps_after / s.peak_qps_target - 1:+.1%})")  # fmt: skip
-    return (f"Planned traffic: {s.peak_qps_after:,.0f} req/s in the busiest {window_s:g} s window"
-            f"{asked}, {s.qps_after:,.0f} req/s mean; the trace scaled x{s.factor:.3g} by "
-            f"{s.method}: {s.assumption}.")  # fmt: skip
+    head = (f"Planned traffic: {s.peak_qps_after:,.0f} req/s in the busiest {window_s:g} s "
+            f"window{asked}, {s.qps_after:,.0f} req/s mean; ")  # fmt: skip
+    if s.factor == 1.0 and s.peak_qps_target is None:
+        # nothing was scaled; the model still says how the headroom's growth is planned
+        return (f"{head}the trace as given (x1); the headroom grows it by {s.method}: "
+                f"{s.assumption}.")  # fmt: skip
+    return f"{head}the trace scaled x{s.factor:.3g} by {s.method}: {s.assumption}."
 
 
 def _headroom_text(res: PlanResult, gpu: str) -> str:

@@ -24,6 +24,7 @@ from helm_plan.plan.loadcurve import LoadCurve
 from helm_plan.plan.result import Combo, PlanResult
 from helm_plan.plan.scale import Scaling
 from helm_plan.plan.search import Point, Search
+from helm_plan.policies import is_static
 from helm_plan.sim import NodeConfig
 
 # ---- helpers ---------------------------------------------------------------------------------
@@ -218,10 +219,11 @@ def test_nodes_saved_ci_interval_is_not_degenerate_here():
 
 
 def test_is_static():
+    # the plan's split of static and adaptive policies reads the registry's kinds
     for p in ("best-static", "emb-max", "kv-max", "static", "static:0.3", "best-static:x"):
-        assert R._is_static(p)
+        assert is_static(p)
     for p in ("hill-climb", "controller", "statics", "controller:static", "x:static"):
-        assert not R._is_static(p)
+        assert not is_static(p)
 
 
 # ---- build_result ----------------------------------------------------------------------------
@@ -675,3 +677,18 @@ def test_plan_doc_by_hand():
     assert len(doc["evaluated"]) == 13 and doc["evaluated"][0]["p99_ms"] == 5.0
     assert isinstance(doc["answer"], list) and doc["answer"][1].startswith("Cheapest: 1 x g0")
     assert len(doc["answer"]) == len(res.answer)
+
+
+def test_the_traffic_sentence_says_when_nothing_was_scaled():
+    # x1 with no peak asked: the trace as given, the model named for the headroom's growth
+    one = Scaling("users", 1.0, 40.0, 40.0, 60.0, 60.0, 10, 10, 500, jitter_s=0.5)
+    text = R.traffic_sentence(one, 5.0)
+    assert text.startswith("Planned traffic: 60 req/s in the busiest 5 s window, 40 req/s mean; "
+                           "the trace as given (x1); the headroom grows it by users: ")  # fmt: skip
+    assert "scaled" not in text.split(";")[1]
+    # a peak asked for that K = 1 happens to meet is still a scaling the planner asked for
+    asked = Scaling("users", 1.0, 40.0, 40.0, 60.0, 60.0, 10, 10, 500, peak_qps_target=60.0)
+    assert "the trace scaled x1 by users" in R.traffic_sentence(asked, 5.0)
+    # any other factor: scaled, with the model's assumption
+    k = Scaling("time", 2.0, 40.0, 80.0, 60.0, 120.0, 10, 10, 500)
+    assert "the trace scaled x2 by time: " in R.traffic_sentence(k, 5.0)
