@@ -273,7 +273,8 @@ def answer_sentences(res: PlanResult) -> list[str]:
         split_nodes = {r["policy"]: r["nodes"] for r in base.iter_rows(named=True)
                        if r["policy"] in ("best-static", "emb-max", "kv-max")}  # fmt: skip
         facts = Facts(slo_ms=res.slo_ms, attainment=cfg.attainment, gpu=g["gpu"],
-                      fits=bool(g["fits"]), split_nodes=split_nodes)  # fmt: skip
+                      fits=bool(g["fits"]), split_nodes=split_nodes,
+                      split_router=cfg.baseline_router)  # fmt: skip
         said = [x for x in (fleet_split_sentence(facts), split_sentence(facts)) if x]
         if said:
             first = said[0][0].lower() + said[0][1:]

@@ -79,6 +79,9 @@ class Facts:
     """(emb-max, kv-max) P99 / best-static P99 − 1 each (which extreme loses)."""
     split_nodes: dict[str, int | None] | None = None
     """Fleet size per static policy (best-static, emb-max, kv-max) behind the baseline router."""
+    split_router: str = ""
+    """The router ``split_nodes`` were planned behind (named in the sentence: another router may
+    need fewer nodes, as the cheapest line can say)."""
     ratio: float | None = None
     """Best static r (the argmin of P99)."""
     robust_ratio: float | None = None
@@ -175,14 +178,15 @@ def fleet_split_sentence(f: Facts) -> str | None:
     sn = f.split_nodes or {}
     if not {"best-static", "emb-max", "kv-max"} <= set(sn):
         return None
+    behind = f"Behind {f.split_router}, the split" if f.split_router else "The split"
     if len(set(sn.values())) == 1:
         n = sn["best-static"]
         if n is None:
             return None
-        return (f"The split does not change the fleet size: best static, emb-max and kv-max "
+        return (f"{behind} does not change the fleet size: best static, emb-max and kv-max "
                 f"all need {n} node{'s' * (n != 1)}.")  # fmt: skip
     parts = ", ".join(f"{k} {'none' if v is None else v}" for k, v in sn.items())
-    return f"The split changes the fleet size: {parts} nodes."
+    return f"{behind} changes the fleet size: {parts} nodes."
 
 
 def recommend_sentence(f: Facts) -> str | None:

@@ -621,9 +621,10 @@ def test_answer_the_split_and_the_fleet_size():
     got = R.answer_sentences(_res(cap, [{"gpu": "g0", "fits": False},
                                         {"gpu": "g1", "fits": False}], []))  # fmt: skip
     assert got[2:] == [
-        "On g0: the split does not change the fleet size: best static, emb-max and kv-max all "
-        "need 2 nodes.",
-        "On g1: the split changes the fleet size: best-static 3, emb-max 5, kv-max none nodes.",
+        "On g0: behind jsq, the split does not change the fleet size: best static, emb-max and "
+        "kv-max all need 2 nodes.",
+        "On g1: behind jsq, the split changes the fleet size: best-static 3, emb-max 5, kv-max "
+        "none nodes.",
     ]
 
 

@@ -104,6 +104,10 @@ FLEET_SPLIT = [
     (f(split_nodes={"best-static": 2, "emb-max": 3, "kv-max": None}),
      "The split changes the fleet size: best-static 2, emb-max 3, kv-max none nodes."),
     (f(split_nodes={"best-static": None, "emb-max": None, "kv-max": None}), None),
+    # the router they were planned behind is named (another router may need fewer nodes)
+    (f(split_nodes={"best-static": 5, "emb-max": 5, "kv-max": 5}, split_router="jsq"),
+     "Behind jsq, the split does not change the fleet size: best static, emb-max and kv-max all "
+     "need 5 nodes."),
 ]  # fmt: skip
 
 # ---- rule 5: the recommendation -------------------------------------------------------------
