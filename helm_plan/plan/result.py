@@ -299,7 +299,8 @@ def _savings_sentences(res: PlanResult) -> list[str]:
             continue
         ci = (f" ({res.config.ci_level:.0%} CI {r['lo']:+.0f} to {r['hi']:+.0f})"
               if r["lo"] == r["lo"] else "")  # fmt: skip
-        out.append(f"{r['gpu']}: {what} saves {r['nodes_saved']:+d} nodes{ci}.")
+        n = r["nodes_saved"]
+        out.append(f"{r['gpu']}: {what} saves {n:+d} node{'' if abs(n) == 1 else 's'}{ci}.")
     if nulls:
         kinds = sorted({"adaptivity" if r["kind"] == "adaptive" else "helm routing"
                         for r in nulls})  # fmt: skip

@@ -602,7 +602,7 @@ def test_answer_sentences_in_full():
         # g0 plans best static, emb-max and kv-max, but kv-max only behind helm: no split claim
         "On g0: " + fits,
         "On g3: " + fits,
-        "g0: emb-max over best-static behind jsq saves +1 nodes (90% CI -1 to +2).",
+        "g0: emb-max over best-static behind jsq saves +1 node (90% CI -1 to +2).",
         "g0: helm routing over jsq with emb-max saves +0 nodes.",
         "g1: helm routing over affinity with best-static saves -2 nodes (90% CI -3 to -1).",
         "Some rows are non-monotone in fleet size (a larger fleet failed): see 'non_monotone' and "
@@ -639,7 +639,7 @@ def test_null_savings_collapse_into_one_sentence():
     real = _sav("g1", "adaptive", "jsq", "controller", "best-static", 1, 0.0, 2.0)
     got = R.answer_sentences(_res(cap, [{"gpu": "g0", "fits": False}], [*nulls, real]))
     assert got[2:] == [
-        "g1: controller over best-static behind jsq saves +1 nodes (90% CI +0 to +2).",
+        "g1: controller over best-static behind jsq saves +1 node (90% CI +0 to +2).",
         "No saving from adaptivity or helm routing in the other 5 comparisons on g0, g1: each "
         "saves 0 nodes (90% CI 0 to 0).",
     ]
