@@ -43,7 +43,6 @@ from helm_plan.analyze.config import AnalyzeConfig
 from helm_plan.analyze.operating import (
     capacity_inputs,
     operating_context,
-    planned_gpus,
     planned_spans,
     shortcut_note,
     stage_capacity,
@@ -62,8 +61,9 @@ from helm_plan.analyze.stages import (
 from helm_plan.exec import Progress
 from helm_plan.oracle import read_labels, write_labels
 from helm_plan.oracle.static import BackgroundStatic
+from helm_plan.plan.gpus import gpu_setups
 from helm_plan.plan.run import require_rate
-from helm_plan.profiles import load_gpu, resolve_slo_ms
+from helm_plan.profiles import resolve_slo_ms
 from helm_plan.regimes import RegimeSpan
 from helm_plan.report import html as report_html
 from helm_plan.report.store import RunData, write_store
@@ -312,8 +312,9 @@ def _run_analyze(
     lat_prof = ctx.latency_profile
     if cfg.capacity:
         require_rate(ctx.arrays)  # before any stage: planning needs an arrival rate
-        for g in planned_gpus(cfg):  # every GPU profile planned, read before any work
-            load_gpu(g)
+        # the plan's own resolver (every GPU profile, its latency profile and price), run
+        # before any work so a bad one fails here and not after the first stages
+        gpu_setups(capacity_inputs(cfg).plan, ctx.model)
     assert lat_prof is not None  # load_context always resolves one
     base = {"v": STAGE_VERSION, "trace": sha, "gpu": asdict(ctx.gpu), "model": asdict(ctx.model),
             "latency": asdict(lat_prof), "pool": ctx.pool_bytes, "seed": cfg.seed}  # fmt: skip
