@@ -48,13 +48,13 @@ import polars as pl
 import pyarrow as pa
 
 from helm_plan import io, regimes, synth, trace
-from helm_plan.analyze.stages import oracle_pooled
+from helm_plan.analyze.stages import oracle_pooled, stage_oracle
 from helm_plan.arrays import from_table
 from helm_plan.atlas.config import AtlasConfig, Cell, parse_stack
 from helm_plan.cache.core import Workload
 from helm_plan.latency.model import build_latency_model
 from helm_plan.latency.roofline import derive_profile, typical_request
-from helm_plan.oracle import OracleConfig, adaptivity_ci, best_static, label_windows
+from helm_plan.oracle import OracleConfig, adaptivity_ci, best_static
 from helm_plan.oracle.static import StaticRuns
 from helm_plan.policies import PolicyEnv, parse_policy
 from helm_plan.profiles import EmbTable, GpuProfile, ModelProfile, load_gpu, resolve_slo_ms
@@ -207,9 +207,9 @@ def measure(cell: Cell, cfg: AtlasConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     s = setup(cell, cfg)
     ctx, ncfg, ocfg = s.ctx, s.node, s.oracle
-    # analyze's searches (no coarse grid: r* and the band, best static by bracketing), so a
-    # cell is what `analyze --no-capacity` says of it
-    labels = label_windows(ctx, ncfg, ocfg, grid=False)
+    # analyze's searches (its oracle stage; best static by bracketing, as its policies stage
+    # searches it), so a cell is what `analyze --no-capacity` says of it
+    labels = stage_oracle(ctx, ncfg, ocfg)
     runs = StaticRuns(ctx, ncfg)
     runs.get([0.0, 1.0])
     bs = best_static(ctx, ncfg, ocfg, runs=runs, grid=False)
