@@ -65,6 +65,9 @@ def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "typo_plan.toml").write_text("[analyse]\nslo_ms = 5.0\n")
     (tmp_path / "bad_atlas.toml").write_text('[atlas]\npanels = [["pool", "utilisation"]]\n')
     (tmp_path / "atlas.html").write_text("[atlas]\nrequests = 1000\n")  # a config named as a page
+    # an atlas config where `--export k -o xd` writes the cell's plan file
+    (tmp_path / "xd" / "cells" / "k").mkdir(parents=True)
+    (tmp_path / "xd" / "cells" / "k" / "plan.toml").write_text("[atlas]\nrequests = 1000\n")
     (tmp_path / "d").mkdir()
     run = tmp_path / "run"
     run.mkdir()

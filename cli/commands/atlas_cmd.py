@@ -25,7 +25,6 @@ from helm_plan.config import load_plan
 from helm_plan.errors import ConfigError
 from helm_plan.exec import get_executor
 
-OUTPUTS = ("atlas.html", "cells.csv", "cells.parquet", "atlas.json")
 """Files `atlas` writes into its folder (each atomically)."""
 
 AtlasDirOpt = Annotated[
@@ -69,8 +68,10 @@ def atlas_command(
     quiet: QuietOpt = False,
 ) -> None:
     """Measure the grid of cells where the split may matter and write its heatmap page."""
-    if export is None:  # before any work, the config file read included
-        guard(inputs=[config], run_dir=out, run_files=OUTPUTS)
+    # before any work, the config file read included: the run's files, or the exported cell's
+    folder, files = (out, atlas.OUTPUTS) if export is None else (out / "cells" / export,
+                                                                 atlas.EXPORT_FILES)  # fmt: skip
+    guard(inputs=[config], run_dir=folder, run_files=files.values())
     cfg = atlas.build_config(load_plan(config) if config else None, quick=quick, seed=seed)
     if export is not None:
         _export(cfg, out, export, as_json)

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from helm_plan.atlas.cell import cell_model, default_slo_ms, export, measure, setup
+from helm_plan.atlas.cell import EXPORT_FILES, cell_model, default_slo_ms, export, measure, setup
 from helm_plan.atlas.config import (
     AXES,
     DEFAULT_PANELS,
@@ -23,9 +23,11 @@ from helm_plan.atlas.config import (
     grid,
 )
 from helm_plan.atlas.page import render
-from helm_plan.atlas.run import AtlasResult, cell_key, run_atlas, write_outputs
+from helm_plan.atlas.run import OUTPUTS, AtlasResult, cell_key, run_atlas, write_outputs
 
 __all__ = [
+    "EXPORT_FILES",
+    "OUTPUTS",
     "AXES",
     "DEFAULT_PANELS",
     "QUICK",

@@ -266,14 +266,22 @@ def measure(cell: Cell, cfg: AtlasConfig) -> dict[str, Any]:
     }
 
 
+EXPORT_FILES = {
+    "trace": "trace.parquet",
+    "model": "model.toml",
+    "gpu": "gpu.toml",
+    "plan": "plan.toml",
+}
+"""The files :func:`export` writes into a cell's folder."""
+
+
 def export(cell: Cell, cfg: AtlasConfig, folder: str | Path) -> dict[str, Any]:
     """Write ``cell``'s trace, model and GPU profiles and an analyze plan file into ``folder``,
     and return their paths and the ``helm-plan analyze`` command that re-measures the cell."""
     s = setup(cell, cfg)
     d = Path(folder)
     model, gpu = s.ctx.model, s.ctx.gpu
-    paths = {"trace": d / "trace.parquet", "model": d / "model.toml", "gpu": d / "gpu.toml",
-             "plan": d / "plan.toml"}  # fmt: skip
+    paths = {k: d / name for k, name in EXPORT_FILES.items()}
     prov = {**synth.provenance(s.synth), "atlas_cell": dataclasses.asdict(cell),
             "time_scale": s.time_scale}  # fmt: skip
     spans = cell_spans(s)

@@ -128,13 +128,21 @@ def _describe(cell: Cell, cfg: AtlasConfig) -> str:
     return ", ".join(diff) or "base"
 
 
+OUTPUTS = {
+    "csv": "cells.csv",
+    "parquet": "cells.parquet",
+    "json": "atlas.json",
+    "html": "atlas.html",
+}
+"""The files an atlas run writes into its folder (the CLI guards them before any work)."""
+
+
 def write_outputs(res: AtlasResult, out_dir: str | Path, page: str) -> dict[str, Path]:
     """Write ``cells.csv``, ``cells.parquet``, ``atlas.json`` (grid and provenance) and the
     page (``atlas.html``) into ``out_dir``, each atomically."""
     d = Path(out_dir)
     df = res.cells
-    paths = {"csv": d / "cells.csv", "parquet": d / "cells.parquet", "json": d / "atlas.json",
-             "html": d / "atlas.html"}  # fmt: skip
+    paths = {k: d / name for k, name in OUTPUTS.items()}
     io.write_text(paths["csv"], df.write_csv())
     io.write_parquet(paths["parquet"], df.to_arrow())
     io.write_json(paths["json"], {

@@ -198,6 +198,9 @@ CASES: list[tuple[str, list[str], str]] = [
         "unknown atlas axis",
     ),
     ("atlas-over-input", ["atlas", "--config", "atlas.html", "-o", "."], "is the input file"),
+    ("atlas-export-over-input",
+     ["atlas", "--config", "xd/cells/k/plan.toml", "--export", "k", "-o", "xd"],
+     "is the input file"),
     ("atlas-unknown-cell", ["atlas", "--export", "nope", "-o", "d"], "no cell 'nope'"),
     # report
     ("report-truncated-store", ["report", "run"], "not a readable DuckDB run store"),
