@@ -21,13 +21,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from helm_plan.plan.config import BASELINE_POLICY, PlanConfig
 from helm_plan.plan.frontier import Headroom, cheapest, frontier_table, headroom_table
+from helm_plan.plan.gpus import GpuSetup
 from helm_plan.plan.loadcurve import LoadCurve
 from helm_plan.plan.scale import Scaling
 from helm_plan.plan.search import Search, cost
@@ -35,9 +36,6 @@ from helm_plan.plan.verdict import Facts, fleet_split_sentence, split_sentence
 from helm_plan.policies import is_static
 from helm_plan.sim import NodeConfig
 from helm_plan.sim.context import NodeContext
-
-if TYPE_CHECKING:
-    from helm_plan.plan.gpus import GpuSetup
 
 SCHEMA_VERSION = 1
 """plan.json schema version (docs/plan-json.md)."""
