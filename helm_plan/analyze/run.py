@@ -47,6 +47,7 @@ from helm_plan.analyze.operating import (
     shortcut_note,
     stage_capacity,
 )
+from helm_plan.analyze.policies_stage import stage_policies
 from helm_plan.analyze.stage_cache import StageCache, stable_hash, versions
 from helm_plan.analyze.stages import (
     StageOutput,
@@ -56,7 +57,6 @@ from helm_plan.analyze.stages import (
     stage_curves,
     stage_inspect,
     stage_oracle,
-    stage_policies,
 )
 from helm_plan.exec import Progress
 from helm_plan.oracle import read_labels, write_labels

@@ -28,7 +28,7 @@ ROUTING_WINDOWS = "routing_windows"
 # oracle (helm_plan.analyze.stages.labels_tables)
 LABELS = "labels"
 LABELS_GRID = "labels_grid"
-# policies (helm_plan.analyze.stages.stage_policies)
+# policies (helm_plan.analyze.policies_stage.stage_policies)
 POLICY_WINDOWS = "policy_windows"
 POLICIES = "policies"
 LATENCY_TERMS = "latency_terms"
