@@ -18,13 +18,8 @@ from helm_plan.analyze.config import (
     demo_plan,
     demo_synth_config,
 )
-from helm_plan.analyze.run import (
-    STAGES,
-    AnalyzeResult,
-    StageRun,
-    prepare_demo,
-    run_analyze,
-)
+from helm_plan.analyze.run import STAGES, prepare_demo, run_analyze
+from helm_plan.analyze.state import AnalyzeResult, StageRun
 
 __all__ = [
     "DEMO_POOL_FRACTION",

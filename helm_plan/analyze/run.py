@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,6 @@ import polars as pl
 from helm_plan import exec as executors
 from helm_plan import io, regimes, rundir, synth, trace
 from helm_plan._densify import release_memory
-from helm_plan.analyze.capacity import oracle_shortcut
 from helm_plan.analyze.config import AnalyzeConfig
 from helm_plan.analyze.operating import (
     capacity_inputs,
@@ -50,7 +49,6 @@ from helm_plan.analyze.operating import (
 from helm_plan.analyze.policies_stage import stage_policies
 from helm_plan.analyze.stage_cache import StageCache, stable_hash, versions
 from helm_plan.analyze.stages import (
-    StageOutput,
     curves_task,
     labels_tables,
     latency_table,
@@ -58,18 +56,18 @@ from helm_plan.analyze.stages import (
     stage_inspect,
     stage_oracle,
 )
+from helm_plan.analyze.state import AnalyzeResult, Run, StageRun
 from helm_plan.exec import Progress
 from helm_plan.oracle import read_labels, write_labels
 from helm_plan.oracle.static import BackgroundStatic
 from helm_plan.plan.gpus import gpu_setups
 from helm_plan.plan.run import require_rate
 from helm_plan.profiles import resolve_slo_ms
-from helm_plan.regimes import RegimeSpan
 from helm_plan.report import html as report_html
 from helm_plan.report.store import RunData, write_store
 from helm_plan.report.summary import build_summary
 from helm_plan.report.tables import CONFIG, LATENCY_COEF, TIMINGS, VERSIONS
-from helm_plan.sim import NodeContext, load_context
+from helm_plan.sim import load_context
 from helm_plan.synth import SynthConfig
 
 ProgressFactory = Callable[[str], AbstractContextManager[Progress]]
@@ -88,82 +86,6 @@ def prepare_demo(out_dir: str | Path, synth_cfg: SynthConfig) -> Path:
                 return path
     synth.write(synth_cfg, path)
     return path
-
-
-@dataclass(frozen=True)
-class StageRun:
-    """How one stage went in this run."""
-
-    name: str
-    """Stage name."""
-    key: str
-    """Content hash of the stage's inputs (first 16 hex digits)."""
-    cached: bool
-    """True when the stage output was reused from DIR/.stages."""
-    seconds: float
-    """Wall time this run spent on the stage, seconds."""
-
-
-@dataclass(frozen=True)
-class AnalyzeResult:
-    """What ``run_analyze`` produced."""
-
-    out_dir: Path
-    """The run directory."""
-    report_path: Path
-    """report.html."""
-    summary_path: Path
-    """summary.json."""
-    store_path: Path
-    """helm.duckdb."""
-    labels_path: Path
-    """labels.parquet."""
-    summary: dict[str, Any]
-    """The summary.json object."""
-    stages: tuple[StageRun, ...]
-    """Per-stage timing and cache use."""
-    notes: tuple[str, ...] = ()
-    """Warnings for the user (e.g. the whole footprint fits in the pool)."""
-
-
-@dataclass
-class Run:
-    """One run's state, as the stages read it (private to this module and the stages)."""
-
-    cfg: AnalyzeConfig
-    tpath: Path
-    executor: executors.Executor
-    ctx: NodeContext
-    """The trace as given (inspect and capacity read it)."""
-    slo_ms: float
-    """The SLO, resolved once (:func:`helm_plan.profiles.resolve_slo_ms`)."""
-    base: dict[str, Any]
-    """What every stage key includes: the trace, the profiles, the pool, the seed."""
-    op: NodeContext | None = None
-    """The analysed node's traffic (set after capacity)."""
-    fleet_ratio: float | None = None
-    """The planned fleet's static r (a row of the policies stage, set after capacity)."""
-    fits: bool = False
-    """The analysed node's footprint fits its pool (the oracle runs its grid only)."""
-    static: BackgroundStatic | None = None
-    """The best-static search running beside the oracle."""
-    spans: list[RegimeSpan] = field(default_factory=list)
-    """The trace's regime spans on the analysed node's timeline (the policies' by-regime
-    figures; :func:`~helm_plan.analyze.operating.planned_spans`)."""
-    labels: Any = None
-    outputs: dict[str, StageOutput] = field(default_factory=dict)
-    keys: dict[str, str] = field(default_factory=dict)
-    runs: list[StageRun] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def node(self):  # noqa: ANN201
-        return self.cfg.node_config(self.slo_ms)
-
-    @property
-    def oracle(self):  # noqa: ANN201
-        o = self.cfg.oracle_config()
-        return oracle_shortcut(o) if self.fits else o
 
 
 @dataclass(frozen=True)
