@@ -49,7 +49,7 @@ def throwaway(monkeypatch):
 def test_a_registered_policy_is_drawn_parsed_and_listed(throwaway):
     assert colours.policy_colour("half") == "#123456"
     assert reg.is_static("half") and isinstance(parse_policy("half"), throwaway[0])
-    assert usage().endswith(", threshold[:T] or half")  # the CLI's --policy help and hints
+    assert usage().endswith(", schedule:FILE or half")  # the CLI's --policy help and hints
     with pytest.raises(ConfigError) as ei:
         parse_policy("nonesuch")
     assert "half" in ei.value.hint

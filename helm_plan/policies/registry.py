@@ -131,8 +131,9 @@ def is_static(policy: str) -> bool:
 
 
 def usage() -> str:
-    """How to type every registered spec (the hint of every policy error, the CLI's help)."""
-    names = [POLICY_FACTS[n].usage or n for n in POLICIES]
+    """How to type every registered spec, in display order (the hint of every policy error,
+    the CLI's help)."""
+    names = [POLICY_FACTS[n].usage or n for n in _ordered(list(POLICIES))]
     return f"use {', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else f"use {names[0]}"
 
 
