@@ -6,8 +6,10 @@ a search (best static) or from oracle labels. A small registry, like Vidur's sch
 a policy is one class that calls :func:`register_policy`, in its own module of
 :mod:`helm_plan.policies.specs` (every module there is imported, so a new policy is one new
 file). The class carries every fact the rest of the tool needs about its name
-(:class:`PolicyFacts`: kind, colour, display order, the runs it is a default of), and
-analyze, plan, the report's colours and the CLI's usage text read them from here.
+(:class:`PolicyFacts`: kind, colour, display order, the runs it is a default of) and the
+other spellings it answers to (``aliases``: the parser maps them to the name, every output
+spells the name); analyze, plan, the report's colours and the CLI's usage text read them
+from here.
 
 The specs, in display order, each with the first paragraph of its class's docstring (this
 list is made from the registry when the package is imported; :func:`catalogue`):
@@ -19,6 +21,7 @@ import inspect
 
 import helm_plan.policies.specs  # noqa: F401  (imports every spec module: registers the specs)
 from helm_plan.policies.registry import (
+    ALIASES,
     DEFAULTS_OF,
     FLEET_STATIC,
     KINDS,
@@ -29,6 +32,7 @@ from helm_plan.policies.registry import (
     PolicyFacts,
     PolicySpec,
     baseline_policy,
+    canonical,
     default_policies,
     is_static,
     parse_policy,
@@ -38,6 +42,7 @@ from helm_plan.policies.registry import (
 )
 
 __all__ = [
+    "ALIASES",
     "DEFAULTS_OF",
     "FLEET_STATIC",
     "KINDS",
@@ -48,6 +53,7 @@ __all__ = [
     "PolicyFacts",
     "PolicySpec",
     "baseline_policy",
+    "canonical",
     "catalogue",
     "default_policies",
     "is_static",

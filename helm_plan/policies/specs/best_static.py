@@ -21,6 +21,7 @@ class BestStaticSpec(PolicySpec):
     (:func:`helm_plan.oracle.best_static`)."""
 
     name: ClassVar[str] = "best-static"
+    aliases: ClassVar[tuple[str, ...]] = ("best_static",)
     searches: ClassVar[bool] = True
     kind: ClassVar[str] = "baseline"
     in_cluster: ClassVar[str] = "fleet-search"

@@ -17,6 +17,7 @@ class EmbMax(PoolToOneCache):
     """r = 1: the whole pool holds EMB rows."""
 
     name: ClassVar[str] = "emb-max"
+    aliases: ClassVar[tuple[str, ...]] = ("emb_max",)
     ratio: ClassVar[float] = 1.0
     kind: ClassVar[str] = "static"
     colour: ClassVar[str] = "#d08a2c"

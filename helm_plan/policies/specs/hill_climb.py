@@ -20,6 +20,7 @@ class HillClimb(PolicySpec):
     more service time (a baseline for the controller)."""
 
     name: ClassVar[str] = "hill-climb"
+    aliases: ClassVar[tuple[str, ...]] = ("hill_climb",)
     colour: ClassVar[str] = "#8c564b"
     order: ClassVar[int] = 5
     defaults_of: ClassVar[tuple[str, ...]] = ("plan",)

@@ -17,6 +17,7 @@ class KvMax(PoolToOneCache):
     """r = 0: the whole pool holds KV."""
 
     name: ClassVar[str] = "kv-max"
+    aliases: ClassVar[tuple[str, ...]] = ("kv_max",)
     ratio: ClassVar[float] = 0.0
     kind: ClassVar[str] = "static"
     colour: ClassVar[str] = "#8064a2"

@@ -18,6 +18,7 @@ class NaiveAdaptive(OracleSchedule):
     blocks while rows copy."""
 
     name: ClassVar[str] = "naive-adaptive"
+    aliases: ClassVar[tuple[str, ...]] = ("naive_adaptive",)
     refill: ClassVar[str | None] = "eager"
     colour: ClassVar[str] = "#c0504d"
     order: ClassVar[int] = 3
