@@ -3,8 +3,15 @@ follow with no other edit (issue 40, one home for each fact)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
+import subprocess
+import sys
+import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -25,6 +32,8 @@ from helm_plan.policies import (
 from helm_plan.policies import registry as reg
 from helm_plan.report import colours
 from helm_plan.sim.policy import StaticPolicy
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -159,3 +168,77 @@ def test_analyze_hands_its_plan_the_names_of_aliased_policies():
 
     cfg = AnalyzeConfig(plan_policies=("kv_max", "best-static", "controller:x.npz", "nonesuch"))
     assert capacity_inputs(cfg).plan.policies == ("kv-max", "best-static", "controller:x.npz")
+
+
+# ---- one file --------------------------------------------------------------------------------
+
+HALF = """
+from dataclasses import dataclass
+from typing import ClassVar
+
+from helm_plan.policies.registry import Built, PolicySpec, register_policy
+from helm_plan.sim.policy import StaticPolicy
+
+
+@register_policy
+@dataclass(frozen=True)
+class Half(PolicySpec):
+    \"\"\"r = 0.5 in every window.\"\"\"
+
+    name: ClassVar[str] = "half"
+    aliases: ClassVar[tuple[str, ...]] = ("r-half",)
+    kind: ClassVar[str] = "static"
+    colour: ClassVar[str] = "#123456"
+    order: ClassVar[int] = -1
+    defaults_of: ClassVar[tuple[str, ...]] = ("analyze", "plan")
+
+    def build(self, ctx, node_cfg, env):
+        return Built(StaticPolicy(0.5, self.name))
+"""
+
+PROBE = """
+import json, typing
+from helm_plan import policies as P
+from helm_plan.analyze import stages
+from helm_plan.analyze.config import AnalyzeConfig
+from helm_plan.plan.config import DEFAULT_POLICIES
+from helm_plan.report.colours import policy_colour
+from helm_plan_cli.commands import cluster_cmd, simulate_cmd
+
+print(json.dumps({
+    "spec": [P.parse_policy("half").spec, P.parse_policy("r-half").spec],
+    "static": P.is_static("r-half"), "colour": policy_colour("half"),
+    "usage": P.usage(), "catalogue": P.catalogue().splitlines()[0],
+    "analyze": stages.POLICY_NAMES, "adaptive": stages.ADAPTIVE_NAMES,
+    "plan": DEFAULT_POLICIES, "analyze_plan": AnalyzeConfig().plan_policies,
+    "simulate_help": typing.get_args(simulate_cmd.PolicyOpt)[1].help,
+    "cluster_help": typing.get_args(cluster_cmd.PolicyOpt)[1].help,
+}))
+"""
+
+
+def test_a_new_policy_is_one_new_file(tmp_path):
+    # A copy of the tree with one module added to helm_plan/policies/specs/ and nothing else
+    # edited: every place that lists, parses, draws or defaults to policies picks it up.
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.nbi", "*.nbc")
+    shutil.copytree(REPO / "helm_plan", tmp_path / "helm_plan", ignore=ignore)
+    shutil.copytree(REPO / "cli", tmp_path / "helm_plan_cli", ignore=ignore)
+    (tmp_path / "helm_plan/policies/specs/half.py").write_text(textwrap.dedent(HALF))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", PROBE], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["spec"] == ["half", "half"] and got["static"] and got["colour"] == "#123456"
+    # order -1 puts it first everywhere (its file name sorts between controller and hill_climb)
+    assert got["usage"].startswith("use half, best-static, ")
+    assert got["catalogue"] == "- ``half``: r = 0.5 in every window."
+    assert got["analyze"][:2] == ["half", "best-static"] and "half" not in got["adaptive"]
+    assert got["plan"][:2] == ["half", "best-static"] and "half" not in got["analyze_plan"]
+    assert "half, best-static" in got["simulate_help"]
+    assert "half, best-static (one r for the fleet)" in got["cluster_help"]
+
+
+def test_each_shipped_spec_lives_in_the_module_named_after_it():
+    for name, cls in POLICIES.items():
+        assert cls.__module__ == f"helm_plan.policies.specs.{name.replace('-', '_')}", name

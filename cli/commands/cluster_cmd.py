@@ -82,7 +82,7 @@ from helm_plan.cluster import ROUTERS, ClusterConfig
 from helm_plan.cluster.compare import GridPoint, compare, run_point
 from helm_plan.errors import ConfigError
 from helm_plan.oracle import OracleConfig
-from helm_plan.policies import baseline_policy, canonical
+from helm_plan.policies import baseline_policy, canonical, usage
 from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL
 from helm_plan.sim import NodeConfig, load_context
 
@@ -100,8 +100,7 @@ PolicyOpt = Annotated[
     str,
     typer.Option(
         "--policy",
-        help="Policy every node runs: static:R, emb-max, kv-max, best-static (one r for the "
-        "fleet), schedule:FILE.",
+        help=f"Policy every node runs: {usage(cluster=True).removeprefix('use ')}.",
     ),
 ]
 PoliciesOpt = Annotated[

@@ -141,10 +141,20 @@ def is_static(policy: str) -> bool:
     return f is not None and f.kind in ("static", "baseline")
 
 
-def usage() -> str:
+_FLEET_SEARCH_NOTE = " (one r for the fleet)"
+"""What :func:`usage` adds after a spec a fleet runs as one search (``in_cluster``)."""
+
+
+def usage(cluster: bool = False) -> str:
     """How to type every registered spec, in display order (the hint of every policy error,
-    the CLI's help)."""
-    names = [POLICY_FACTS[n].usage or n for n in _ordered(list(POLICIES))]
+    the CLI's help); ``cluster``: only the specs a fleet can run (``in_cluster`` not
+    ``refused``), those searched once for the whole fleet marked so."""
+    specs = [POLICIES[n] for n in _ordered(list(POLICIES))]
+    if cluster:
+        specs = [c for c in specs if c.in_cluster != "refused"]
+    names = [(POLICY_FACTS[c.name].usage or c.name)
+             + (_FLEET_SEARCH_NOTE if cluster and c.in_cluster == "fleet-search" else "")
+             for c in specs]  # fmt: skip
     return f"use {', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else f"use {names[0]}"
 
 
