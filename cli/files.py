@@ -17,7 +17,8 @@ from pathlib import Path
 from helm_plan import io
 from helm_plan.controller.runtime import Controller
 from helm_plan.errors import ConfigError
-from helm_plan.policies import ControllerSpec, parse_policy
+from helm_plan.policies import parse_policy
+from helm_plan.policies.specs.controller import ControllerSpec
 
 PathLike = str | os.PathLike[str]
 

@@ -35,9 +35,9 @@ def test_registry_lists_every_shipped_spec_with_its_facts():
     shipped = {"static", "emb-max", "kv-max", "best-static", "schedule", "oracle",
                "naive-adaptive", "adaptive", "controller", "hill-climb", "threshold"}  # fmt: skip
     assert set(POLICIES) == shipped and set(POLICY_FACTS) == shipped | {"fleet-static"}
-    assert USAGE == (
-        "use static:R, emb-max, kv-max, best-static, schedule:FILE, oracle, naive-adaptive, "
-        "adaptive, controller[:PATH], hill-climb or threshold[:T]"
+    assert USAGE == (  # display order (each spec's order), as in tables and charts
+        "use best-static, emb-max, kv-max, naive-adaptive, adaptive, hill-climb, threshold[:T], "
+        "controller[:PATH], oracle, static:R or schedule:FILE"
     )
 
 

@@ -82,7 +82,7 @@ from helm_plan.cluster import ROUTERS, ClusterConfig
 from helm_plan.cluster.compare import GridPoint, compare, run_point
 from helm_plan.errors import ConfigError
 from helm_plan.oracle import OracleConfig
-from helm_plan.policies import baseline_policy
+from helm_plan.policies import baseline_policy, canonical, usage
 from helm_plan.profiles import DEFAULT_GPU, DEFAULT_MODEL
 from helm_plan.sim import NodeConfig, load_context
 
@@ -100,8 +100,7 @@ PolicyOpt = Annotated[
     str,
     typer.Option(
         "--policy",
-        help="Policy every node runs: static:R, emb-max, kv-max, best-static (one r for the "
-        "fleet), schedule:FILE.",
+        help=f"Policy every node runs: {usage(cluster=True).removeprefix('use ')}.",
     ),
 ]
 PoliciesOpt = Annotated[
@@ -152,7 +151,7 @@ def cluster(
 ) -> None:
     """Simulate TRACE on a fleet of NODES GPUs behind a router (or compare a grid of them)."""
     rs = _split(routers, router, "routers")
-    ps = _split(policies, policy, "policies")
+    ps = list(dict.fromkeys(canonical(p) for p in _split(policies, policy, "policies")))
     guard(inputs=[trace, gpu, model, latency], policies=ps)
     for r in rs:
         ClusterConfig(nodes=nodes, router=r)  # a precise error before any work

@@ -47,6 +47,7 @@ from helm_plan.arrays import from_file
 from helm_plan.errors import ConfigError
 from helm_plan.io import write_json
 from helm_plan.plan import PlanConfig, plan, plan_doc
+from helm_plan.plan.config import DEFAULT_POLICIES
 from helm_plan.sim import NodeConfig
 
 PLAN = PlanConfig()
@@ -57,8 +58,8 @@ PoliciesOpt = Annotated[
     str | None,
     typer.Option(
         "--policies",
-        help="Comma list of split policies (default: best-static, emb-max, kv-max, hill-climb, "
-        "controller, those this build has).",
+        help=f"Comma list of split policies (default: {', '.join(DEFAULT_POLICIES)}, those this "
+        "build has).",
         show_default=False,
     ),
 ]

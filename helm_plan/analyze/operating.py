@@ -29,7 +29,7 @@ from helm_plan.oracle import Labels
 from helm_plan.plan import PlanConfig
 from helm_plan.plan.dense import scale_arrays
 from helm_plan.plan.routed import routed_node
-from helm_plan.policies import POLICIES
+from helm_plan.policies import POLICIES, canonical
 from helm_plan.pool import Pool
 from helm_plan.profiles import available
 from helm_plan.regimes import RegimeSpan
@@ -48,7 +48,7 @@ def capacity_inputs(cfg: AnalyzeConfig) -> CapacityInputs:
     pcfg = PlanConfig(
         gpus=planned_gpus(cfg), model=cfg.model, latency=cfg.latency, slo_ms=cfg.slo_ms,
         attainment=cfg.attainment, routers=tuple(cfg.routers),
-        policies=tuple(p for p in cfg.plan_policies if p.partition(":")[0] in POLICIES),
+        policies=tuple(c for p in cfg.plan_policies if (c := canonical(p)).partition(":")[0] in POLICIES),
         peak_qps=cfg.peak_qps, scale=cfg.scale, scale_by=cfg.scale_by, max_nodes=cfg.max_nodes,
         pool_bytes=cfg.pool_bytes, pool_fraction=cfg.pool_fraction, node=dataclasses.replace(cfg.node, window_s=cfg.window_s),
         oracle=cfg.oracle_config(), load_max_requests=cfg.capacity_max_requests,

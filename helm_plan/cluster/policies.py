@@ -33,7 +33,7 @@ from helm_plan.errors import ConfigError
 from helm_plan.exec import Executor, Progress, SerialExecutor
 from helm_plan.oracle import OracleConfig
 from helm_plan.oracle.search import ratio_grid
-from helm_plan.policies import PolicyEnv, parse_policy
+from helm_plan.policies import PolicyEnv, parse_policy, usage
 from helm_plan.sim.context import NodeContext
 from helm_plan.sim.policy import Policy, StaticPolicy
 
@@ -120,7 +120,7 @@ def node_policies(
     if ps.in_cluster == "refused":
         raise ConfigError(
             f"policy {ps.spec!r} labels one node's trace and has no per-node meaning in a cluster",
-            hint="use static:R, emb-max, kv-max, best-static, schedule:FILE or a closed-loop policy",
+            hint=usage(cluster=True),
         )
     if ps.in_cluster == "fleet-search":
         fs = fleet_best_static(ctx, cfg, env.oracle, env.executor, env.progress)

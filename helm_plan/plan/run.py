@@ -40,7 +40,7 @@ from helm_plan.plan.loadcurve import LoadSetup, load_curve, start_factor
 from helm_plan.plan.result import Combo, PlanResult, build_result
 from helm_plan.plan.scale import solve_factor
 from helm_plan.plan.search import Point, first_guess, minimal_nodes
-from helm_plan.policies import parse_policy
+from helm_plan.policies import canonical, parse_policy
 from helm_plan.pool import Pool, resolve_pool
 from helm_plan.profiles import ModelProfile, load_model, resolve_slo_ms
 from helm_plan.sim.context import prepare_context
@@ -134,7 +134,7 @@ def plan(
     """
     model = load_model(cfg.model)
     ncfg = dataclasses.replace(cfg.node, slo_ms=resolve_slo_ms(model, cfg.slo_ms))
-    policies = tuple(dict.fromkeys(cfg.policies or default_policies()))
+    policies = tuple(dict.fromkeys(canonical(p) for p in cfg.policies or default_policies()))
     for p in policies:
         parse_policy(p)  # a precise error before any work
     setups = list(setups) if setups is not None else gpu_setups(cfg, model)

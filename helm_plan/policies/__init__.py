@@ -1,45 +1,27 @@
 """The named-policy catalogue: every policy spec a user can type, parsed in one place.
 
-``simulate --policy``, ``analyze`` and (next) the cluster and planner parse
-specs here; each spec builds a closed-loop :class:`helm_plan.sim.policy.Policy`
-for a prepared trace, possibly after a search (best static) or from oracle
-labels. A small registry, like Vidur's schedulers: adding a policy is one
-class with a ``name`` that calls :func:`register_policy`, in a module of this
-package (every module here is imported, so a new policy is one new file). The class carries
-every fact the rest of the tool needs about the name (:class:`PolicyFacts`:
-kind, colour, display order, the runs it is a default of), and analyze, plan,
-the report's colours and the CLI's usage text read them from here.
+``simulate --policy``, ``analyze``, ``cluster`` and ``plan`` parse specs here; each spec
+builds a closed-loop :class:`helm_plan.sim.policy.Policy` for a prepared trace, possibly after
+a search (best static) or from oracle labels. A small registry, like Vidur's schedulers:
+a policy is one class that calls :func:`register_policy`, in its own module of
+:mod:`helm_plan.policies.specs` (every module there is imported, so a new policy is one new
+file). The class carries every fact the rest of the tool needs about its name
+(:class:`PolicyFacts`: kind, colour, display order, the runs it is a default of) and the
+other spellings it answers to (``aliases``: the parser maps them to the name, every output
+spells the name); analyze, plan, the report's colours and the CLI's usage text read them
+from here.
 
-Specs:
-
-- ``static:R``: r = R in every window;
-- ``emb-max``: r = 1 (the whole pool to EMB);
-- ``kv-max``: r = 0 (the whole pool to KV);
-- ``best-static``: the single r minimising whole-trace P99
-  (:func:`helm_plan.oracle.best_static`);
-- ``schedule:FILE``: per-window ``r_star`` from an oracle labels parquet;
-  windows without requests keep the previous window's ratio;
-- ``oracle``: the oracle schedule of this trace (the run's labels, or labelled
-  now) at the node's refill mode;
-- ``naive-adaptive``, ``adaptive``: the oracle schedule with ``eager`` and
-  ``throttled`` refill (the naive and the HELM way to move the split);
-- ``controller``, ``controller:PATH``: the controller (:mod:`helm_plan.controller`),
-  the shipped default or a trained ``.npz``; its guard falls back to this
-  run's best static ratio when the run has searched it (``PolicyEnv.best_static``),
-  else to the best ratio of the node's own measured curve;
-- ``hill-climb``: ghost-cache hill climbing, a fixed step of 0.05 toward the
-  cache whose ghost gain saves more service time;
-- ``threshold``, ``threshold:T``: the simple rule, to the measured curve's
-  optimum (EMB hit gain = KV reuse gain per byte) when that saves more than
-  ``T`` (default 0.005) of the window's busy time.
+The specs, in display order, each with the first paragraph of its class's docstring (this
+list is made from the registry when the package is imported; :func:`catalogue`):
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+import inspect
 
+import helm_plan.policies.specs  # noqa: F401  (imports every spec module: registers the specs)
 from helm_plan.policies.registry import (
+    ALIASES,
     DEFAULTS_OF,
     FLEET_STATIC,
     KINDS,
@@ -50,6 +32,7 @@ from helm_plan.policies.registry import (
     PolicyFacts,
     PolicySpec,
     baseline_policy,
+    canonical,
     default_policies,
     is_static,
     parse_policy,
@@ -57,48 +40,21 @@ from helm_plan.policies.registry import (
     register_policy,
     usage,
 )
-from helm_plan.policies.specs import (
-    Adaptive,
-    BestStaticSpec,
-    ControllerSpec,
-    EmbMax,
-    HillClimb,
-    KvMax,
-    NaiveAdaptive,
-    OracleSchedule,
-    Schedule,
-    Static,
-    Threshold,
-)
-
-# Every other module of this package is a policy file: importing it registers its specs
-# (after the shipped ones, so the usage text keeps their order).
-for _m in pkgutil.iter_modules(__path__):
-    if _m.name not in ("registry", "specs"):
-        importlib.import_module(f"{__name__}.{_m.name}")
 
 __all__ = [
+    "ALIASES",
     "DEFAULTS_OF",
     "FLEET_STATIC",
     "KINDS",
     "POLICIES",
     "POLICY_FACTS",
-    "Adaptive",
-    "BestStaticSpec",
     "Built",
-    "ControllerSpec",
-    "EmbMax",
-    "HillClimb",
-    "KvMax",
-    "NaiveAdaptive",
-    "OracleSchedule",
     "PolicyEnv",
     "PolicyFacts",
     "PolicySpec",
-    "Schedule",
-    "Static",
-    "Threshold",
     "baseline_policy",
+    "canonical",
+    "catalogue",
     "default_policies",
     "is_static",
     "parse_policy",
@@ -106,3 +62,26 @@ __all__ = [
     "register_policy",
     "usage",
 ]
+
+
+def catalogue() -> str:
+    """One line a registered spec, in display order: ``- ``usage``: what it does.``"""
+    lines = []
+    for name in sorted(POLICIES, key=lambda n: POLICY_FACTS[n].order):
+        cls = POLICIES[name]
+        what = " ".join((inspect.getdoc(cls) or "").split("\n\n")[0].split())
+        lines.append(f"- ``{cls.usage or name}``: {what}")
+    return "\n".join(lines)
+
+
+def __getattr__(name: str) -> type[PolicySpec]:
+    """A spec class by its class name (``from helm_plan.policies import ControllerSpec``), for
+    code written before the specs had a module each: no list of them is kept here."""
+    for cls in POLICIES.values():
+        if cls.__name__ == name:
+            return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if __doc__ is not None:  # python -OO drops docstrings
+    __doc__ += "\n" + catalogue() + "\n"

@@ -1,9 +1,9 @@
 """The policy registry: the spec base class, every name's facts, and the one parser.
 
 A spec class carries every fact the tool needs about its name (kind, colour,
-display order, the runs it is a default of); analyze, plan, the report's
-colours and the CLI's usage text read them from here, so no list of policy
-names is kept anywhere else.
+display order, the runs it is a default of, the other spellings it answers to);
+analyze, plan, the report's colours and the CLI's usage text read them from
+here, so no list of policy names is kept anywhere else.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from helm_plan.sim.context import NodeContext
 from helm_plan.sim.policy import Policy
 
 __all__ = [
+    "ALIASES",
     "DEFAULTS_OF",
     "FLEET_STATIC",
     "KINDS",
@@ -30,6 +31,7 @@ __all__ = [
     "PolicyFacts",
     "PolicySpec",
     "baseline_policy",
+    "canonical",
     "default_policies",
     "is_static",
     "parse_policy",
@@ -124,15 +126,35 @@ def baseline_policy() -> str:
     return next(n for n, f in POLICY_FACTS.items() if f.kind == "baseline")
 
 
+def canonical(policy: str) -> str:
+    """``policy`` (``name`` or ``name:argument``, surrounding blanks dropped) with an alias
+    replaced by its spec's name, the argument kept; a name the registry does not know is
+    returned as typed (the parser reports it)."""
+    name, sep, arg = policy.strip().partition(":")
+    return ALIASES.get(name, name) + sep + arg
+
+
 def is_static(policy: str) -> bool:
-    """Whether ``policy`` (``name`` or ``name:argument``) keeps one r all trace long."""
-    f = POLICY_FACTS.get(policy.partition(":")[0])
+    """Whether ``policy`` (``name`` or ``name:argument``, or an alias) keeps one r all trace
+    long."""
+    f = POLICY_FACTS.get(canonical(policy).partition(":")[0])
     return f is not None and f.kind in ("static", "baseline")
 
 
-def usage() -> str:
-    """How to type every registered spec (the hint of every policy error, the CLI's help)."""
-    names = [POLICY_FACTS[n].usage or n for n in POLICIES]
+_FLEET_SEARCH_NOTE = " (one r for the fleet)"
+"""What :func:`usage` adds after a spec a fleet runs as one search (``in_cluster``)."""
+
+
+def usage(cluster: bool = False) -> str:
+    """How to type every registered spec, in display order (the hint of every policy error,
+    the CLI's help); ``cluster``: only the specs a fleet can run (``in_cluster`` not
+    ``refused``), those searched once for the whole fleet marked so."""
+    specs = [POLICIES[n] for n in _ordered(list(POLICIES))]
+    if cluster:
+        specs = [c for c in specs if c.in_cluster != "refused"]
+    names = [(POLICY_FACTS[c.name].usage or c.name)
+             + (_FLEET_SEARCH_NOTE if cluster and c.in_cluster == "fleet-search" else "")
+             for c in specs]  # fmt: skip
     return f"use {', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else f"use {names[0]}"
 
 
@@ -140,11 +162,13 @@ class PolicySpec(ABC):
     """A parsed policy spec; ``build`` makes the runtime policy for one trace.
 
     A subclass sets ``name``, ``kind``, ``colour`` and ``order`` (and ``usage`` when it takes
-    an argument, ``defaults_of`` when a run uses it unasked): :func:`register_policy` records
-    them as its :class:`PolicyFacts`.
+    an argument, ``defaults_of`` when a run uses it unasked, ``aliases`` when users spell it
+    another way): :func:`register_policy` records them as its :class:`PolicyFacts`.
     """
 
     name: ClassVar[str]
+    aliases: ClassVar[tuple[str, ...]] = ()
+    """Other spellings the parser accepts for ``name`` (every output uses ``name``)."""
     kind: ClassVar[str] = "adaptive"
     colour: ClassVar[str]
     order: ClassVar[int]
@@ -176,13 +200,50 @@ class PolicySpec(ABC):
 
 POLICIES: dict[str, type[PolicySpec]] = {}
 """Registered policy specs by name."""
+ALIASES: dict[str, str] = {}
+"""Every spec's aliases, each to the spec's name."""
+
+
+def _where(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _alias_clash(cls: type[PolicySpec], alias: str) -> str | None:
+    """Why ``alias`` cannot be an alias of ``cls`` (None: it can)."""
+    if not alias or alias != alias.strip() or ":" in alias or "," in alias:
+        return "not a bare name (no blanks around it, no ':' or ',')"
+    if alias == cls.name:
+        return "its own name"
+    if cls.aliases.count(alias) > 1:
+        return "declared twice"
+    if alias in POLICY_FACTS:
+        return f"the name of the policy {alias!r}"
+    if ALIASES.get(alias, cls.name) != cls.name:
+        return f"already an alias of {ALIASES[alias]!r}"
+    return None
 
 
 def register_policy(cls: type[PolicySpec]) -> type[PolicySpec]:
-    """Class decorator: make ``cls`` parseable under ``cls.name``, with its facts."""
+    """Class decorator: make ``cls`` parseable under ``cls.name`` and its ``aliases``, with its
+    facts. A name or an alias that another policy already answers to is refused (ValueError);
+    the same class registered again (a module reloaded) replaces itself."""
+    old = POLICIES.get(cls.name)
+    if cls.name in ALIASES:
+        raise ValueError(f"policy {cls.name!r}: the name is already an alias of "
+                         f"{ALIASES[cls.name]!r}")  # fmt: skip
+    if cls.name in POLICY_FACTS and (old is None or _where(old) != _where(cls)):
+        by = _where(old) if old is not None else "analyze's own rows"
+        raise ValueError(f"policy {cls.name!r}: the name is already taken by {by}")
+    for alias in cls.aliases:
+        why = _alias_clash(cls, alias)
+        if why is not None:
+            raise ValueError(f"policy {cls.name!r}: alias {alias!r} is {why}")
     register_facts(PolicyFacts(cls.name, cls.kind, cls.colour, cls.order, cls.usage,
                                cls.defaults_of))  # fmt: skip
     POLICIES[cls.name] = cls
+    for a in [a for a, n in ALIASES.items() if n == cls.name]:  # a spec registered again
+        del ALIASES[a]
+    ALIASES.update(dict.fromkeys(cls.aliases, cls.name))
     return cls
 
 
@@ -192,9 +253,9 @@ from the plan), no user types it."""
 
 
 def parse_policy(spec: str) -> PolicySpec:
-    """Parse a policy spec, with a precise error for unknown or malformed ones."""
-    text = spec.strip()
-    name, sep, arg = text.partition(":")
+    """Parse a policy spec (its name or an alias, then ``:argument`` if it takes one), with a
+    precise error for unknown or malformed ones; the spec's ``spec`` spells its name."""
+    name, sep, arg = canonical(spec).partition(":")
     cls = POLICIES.get(name)
     if cls is None:
         raise ConfigError(f"unknown policy {spec!r}", hint=usage())

@@ -12,7 +12,7 @@ argument (``static:0.3``, ``controller:PATH``) takes its name's colour.
 from __future__ import annotations
 
 from helm_plan.cluster.routers import ROUTERS
-from helm_plan.policies import POLICY_FACTS
+from helm_plan.policies import POLICY_FACTS, canonical
 
 __all__ = ["PALETTE", "policy_colour", "router_colour", "router_symbol"]
 
@@ -24,8 +24,8 @@ _OTHER = "#333333"
 
 
 def policy_colour(policy: str) -> str:
-    """The colour of ``policy`` (``name`` or ``name:argument``)."""
-    f = POLICY_FACTS.get(policy.partition(":")[0])
+    """The colour of ``policy`` (``name`` or ``name:argument``, or an alias)."""
+    f = POLICY_FACTS.get(canonical(policy).partition(":")[0])
     return f.colour if f is not None else _OTHER
 
 

@@ -47,7 +47,7 @@ def test_simulate_table_and_eager(small_trace):
 
 def test_simulate_bad_policy_and_options(small_trace):
     for extra, msg in [
-        (["--policy", "foo"], "error: unknown policy 'foo'; use static:R, emb-max, kv-max"),
+        (["--policy", "foo"], "error: unknown policy 'foo'; use best-static, emb-max, kv-max"),
         (["--slots", "0"], "error: slots must be a positive integer, got 0"),
         (["--realloc", "fast"], "error: unknown refill mode 'fast'; use one of lazy, eager"),
         (["--gpu", "tpu9"], "error: unknown gpu profile 'tpu9'"),

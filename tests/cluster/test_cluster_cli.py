@@ -64,7 +64,7 @@ def test_grid_table_json_and_workers_agree(tr):
     ("extra", "message"),
     [
         (["--router", "fastest"], "error: unknown router 'fastest'; use one of round-robin"),
-        (["--policy", "oracle"], "no per-node meaning in a cluster; use static:R"),
+        (["--policy", "oracle"], "no per-node meaning in a cluster; use best-static (one r"),
         (["--routers", ","], "error: --routers is empty; pass a comma list"),
         (["--nodes", "0"], "error: nodes must be a positive integer, got 0"),
     ],

@@ -315,8 +315,9 @@ def test_oracle_schedules_are_refused_with_the_hint(spec):
     assert str(e.value) == (
         f"policy {spec!r} labels one node's trace and has no per-node meaning in a cluster"
     )
-    assert e.value.hint == (
-        "use static:R, emb-max, kv-max, best-static, schedule:FILE or a closed-loop policy"
+    assert e.value.hint == (  # every spec a fleet can run, from the registry
+        "use best-static (one r for the fleet), emb-max, kv-max, hill-climb, threshold[:T], "
+        "controller[:PATH], static:R or schedule:FILE"
     )
 
 

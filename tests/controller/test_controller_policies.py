@@ -7,7 +7,8 @@ import pytest
 from controller_fixtures import NODE, small_ctx
 
 from helm_plan.errors import ConfigError, InputFileError
-from helm_plan.policies import ControllerSpec, PolicyEnv, parse_policy
+from helm_plan.policies import PolicyEnv, parse_policy
+from helm_plan.policies.specs.controller import ControllerSpec
 from helm_plan.sim import simulate_node
 
 

@@ -19,7 +19,8 @@ from helm_plan.controller.policy import (
 )
 from helm_plan.controller.runtime import Controller
 from helm_plan.errors import ConfigError
-from helm_plan.policies import PolicyEnv, Threshold, parse_policy
+from helm_plan.policies import PolicyEnv, parse_policy
+from helm_plan.policies.specs.threshold import Threshold
 from helm_plan.sim import simulate_node
 from helm_plan.sim.metrics import window_features
 from helm_plan.sim.step import NodeRunner

@@ -389,6 +389,15 @@ def test_plan_baseline_router_added_for_every_gpu(stubs):
                       (1, "best-static"): 1}  # fmt: skip
 
 
+def test_plan_spells_an_aliased_policy_by_its_name_once(stubs):
+    cfg = _plan_cfg(routers=("jsq",), policies=("emb_max", "kv-max", "kv_max", "best_static"))
+    run.plan("TABLE", cfg, setups=[_gs("g0", 2.0)])
+    assert stubs.lc[0][1] == ["emb-max", "kv-max", "best-static"]
+    # best_static is the baseline by its canonical name: planned once, nothing added
+    assert [it for _, it in stubs.combos] == [(0, "emb-max", "jsq"), (0, "kv-max", "jsq"),
+                                              (0, "best-static", "jsq")]  # fmt: skip
+
+
 def test_plan_rejects_an_unknown_policy_before_any_work(stubs):
     with pytest.raises(ConfigError, match="unknown policy 'nope'"):
         run.plan("TABLE", _plan_cfg(policies=("emb-max", "nope")), setups=[_gs("g0", 1.0)])
