@@ -199,7 +199,7 @@ class Half(PolicySpec):
 PROBE = """
 import json, typing
 from helm_plan import policies as P
-from helm_plan.analyze import stages
+from helm_plan.analyze import policies_stage as stages
 from helm_plan.analyze.config import AnalyzeConfig
 from helm_plan.plan.config import DEFAULT_POLICIES
 from helm_plan.report.colours import policy_colour
