@@ -1,7 +1,7 @@
 """The one integer hash of helm-plan: SplitMix64's finaliser, and the counter-based draw on it.
 
 The implicit-candidate draw (:mod:`helm_plan.cache._kernels`) and the routers' random picks
-and ring positions (:mod:`helm_plan.cluster._route`) key a draw by ``(seed, a, b)`` rather than
+and ring positions (:mod:`helm_plan.cluster.routers.base`) key a draw by ``(seed, a, b)`` rather than
 by a stream position, so a replay span or a router decision never depends on what was drawn
 for another request. The hashed tables' rows (:func:`helm_plan.cache.keys.splitmix64`) run the
 same finaliser over numpy arrays through ``mix64.py_func``. One source, so the three cannot

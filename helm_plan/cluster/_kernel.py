@@ -52,26 +52,14 @@ from helm_plan.cache._kernels import (
     renumber,
     serve_request,
 )
-from helm_plan.cluster._route import (
-    AFFINITY,
+from helm_plan.cluster.routers.base import (
     CNT,
     DBLK,
     DTOK,
     EST,
-    JSQ,
-    KV_OVERLAP,
-    P2C,
-    RANDOM,
-    ROUND_ROBIN,
-    bounded_affinity,
-    emb_locality,
+    Request,
     est_service,
-    helm,
-    kv_overlap,
-    least_work,
-    pick,
     to_ns,
-    two_choices,
 )
 from helm_plan.latency.kernel import attention_pairs, batch_time_s
 
@@ -182,19 +170,23 @@ def complete(n, t, out, load, bs, sl_head, sl_tail, next_done, nxt, bnx, finish,
 @nb.njit(cache=True)
 def run_window(
     s, e,
-    ts, user, user_ids, hist_end, uoff, hist, tok_off, tok_ring, tok_top, coff, cvals, ncand, explicit,
+    ts, user, hist_end, uoff, hist, tok_off, tok_ring, tok_top, coff, cvals, ncand, explicit,
     seed, window, max_seq_len, chunk, item_keys, hist_tab, cand_tab, key_bytes, table_bytes,
-    direct, tok_b, cand_b,
+    direct,
     e_last, e_qi, e_meta, k_prev, k_next, k_len, k_start, k_meta, counts,
     pf_keys, pf_t, pf_pos, pf_hi, share,
     c, bmax, timeout, greedy, free,
-    code, rp, rstate, ring_h, ring_n, rseed, bs,
+    route, view, bs,
     load, q_head, q_len, q_kth, tail, sl_head, sl_tail, next_close, next_done, n_batch,
-    node, out, start, finish, service, bsize, bno, shr, est, nxt, bnx, res_h, res_c,
+    node, out, start, finish, service, bsize, bno, shr, est, nxt, bnx,
 ):  # fmt: skip
-    """Route and serve requests ``[s, e)`` (one window) on every node, then flush the queues."""
+    """Route and serve requests ``[s, e)`` (one window) on every node, then flush the queues.
+
+    ``route`` is the router's compiled rule (a one-element tuple of a first-class function,
+    :func:`helm_plan.cluster.routers.compiled_rule`) and ``view`` what it reads: this kernel
+    names no router, so one compiled copy serves every router, registered ones included.
+    """
     n_nodes = e_meta.shape[0]
-    slots = free.shape[1]
     for i in range(s, e):
         t = ts[i]
         for n in range(n_nodes):
@@ -208,29 +200,8 @@ def run_window(
         u = user[i]
         s0, L = context(hist_end[i], max_seq_len, chunk)
         M = ncand[i]
-        miss_est = 0.0
-        if code == ROUND_ROBIN:
-            n = rstate[0] % n_nodes
-            rstate[0] += 1
-        elif code == RANDOM:
-            n = pick(rseed, i, 0, n_nodes)
-        elif code == JSQ:
-            n = least_work(load, n_nodes, i)
-        elif code == P2C:
-            n = two_choices(load, n_nodes, rseed, i)
-        elif code == AFFINITY:
-            n = bounded_affinity(load, ring_h, ring_n, rp[1], rp[0], rseed, user_ids[u])
-        elif code == KV_OVERLAP:
-            n = kv_overlap(load, k_len, k_start, u, s0, L, M, n_nodes, rp[0], bs, rseed, i)
-        else:
-            m_look = M if (explicit or tok_off[i + 1] > 0) else 0
-            tot_h, tot_c = emb_locality(
-                i, u, L, M, np.int64(rp[0]), np.int64(rp[1]), hist_end, uoff, hist, tok_off,
-                user, tok_ring, tok_top, coff, cvals, explicit, seed, window, item_keys, hist_tab, cand_tab,
-                key_bytes, direct, e_last, res_h, res_c,
-            )  # fmt: skip
-            n, miss_est = helm(load, k_len, k_start, u, s0, L, M, m_look, tok_b, cand_b,
-                               res_h, res_c, tot_h, tot_c, c, slots, n_nodes, i)  # fmt: skip
+        n, miss_est = route[0](Request(np.int64(i), np.int64(u), np.int64(s0), np.int64(L),
+                                       np.int64(M)), view)  # fmt: skip
         node[i] = n
         # the node's caches: land the refill rows due by now, then serve
         qh, qtl, used, cap = e_meta[n, QH], e_meta[n, QT], e_meta[n, USED], e_meta[n, E_CAP]

@@ -24,7 +24,13 @@ from helm_plan.cache.core import ReplayResult, token_ring
 from helm_plan.cluster import _kernel
 from helm_plan.cluster.config import ClusterConfig
 from helm_plan.cluster.result import ClusterResult, build_result
-from helm_plan.cluster.routers import DYNAMO_BLOCK_TOKENS, get_router, router_seed
+from helm_plan.cluster.routers import (
+    DYNAMO_BLOCK_TOKENS,
+    RouteView,
+    compiled_rule,
+    get_router,
+    router_seed,
+)
 from helm_plan.cluster.state import ClusterState
 from helm_plan.errors import ConfigError
 from helm_plan.io import release_spilled
@@ -93,6 +99,16 @@ def simulate_cluster(
     served: list[np.ndarray | None] = [None] * n_nodes
     ts = a.ts_s
     tok_ring = token_ring(a)  # the windows run in order: the ring carries across them
+    # what the router reads: the simulator's own arrays, built once (none is ever replaced)
+    view = RouteView(
+        st.load, st.k_len, st.k_start, st.e_last, st.rstate, rp, ring_h, ring_n, rseed,
+        DYNAMO_BLOCK_TOKENS, st.res_h, st.res_c, ncfg.slots, ctx.latency.coeffs,
+        model.token_lookup_bytes, model.candidate_lookup_bytes, a.user, a.user_ids, a.hist_end,
+        a.user_hist_offsets, a.hist_values, a.tok_off, *tok_ring, a.cand_offsets, a.cand_values,
+        a.explicit_candidates, a.candidate_seed, a.candidate_window_tokens, keys.item_keys,
+        keys.hist_tables, keys.cand_tables, keys.key_bytes, wl.direct_bytes,
+    )  # fmt: skip
+    route = compiled_rule(router, view)
     for w in range(n_w):
         s, e = int(edges[w]), int(edges[w + 1])
         tb = w * ncfg.window_s
@@ -115,20 +131,18 @@ def simulate_cluster(
         pf_t = np.concatenate([t for _, t in pend]).astype(np.float64, copy=False)
         share = np.stack([run.h2d_share(ts[s:e]) for run in runners])
         _kernel.run_window(
-            s, e, ts, a.user, a.user_ids, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off,
+            s, e, ts, a.user, a.hist_end, a.user_hist_offsets, a.hist_values, a.tok_off,
             *tok_ring, a.cand_offsets, a.cand_values, a.n_cand, a.explicit_candidates,
             a.candidate_seed, a.candidate_window_tokens, wl.max_seq_len, wl.kv_slide_chunk,
             keys.item_keys, keys.hist_tables, keys.cand_tables, keys.key_bytes, keys.table_bytes,
             wl.direct_bytes,
-            model.token_lookup_bytes, model.candidate_lookup_bytes,
             st.e_last, st.e_qi, st.e_meta, st.k_prev, st.k_next, st.k_len, st.k_start,
             st.k_meta, st.counts, pf_keys, pf_t, pf_pos, pf_hi, share,
             ctx.latency.coeffs, ncfg.batch_max, ncfg.batch_timeout_ms / 1e3,
-            ncfg.batching == "continuous", st.free,
-            router.code, rp, st.rstate, ring_h, ring_n, rseed, DYNAMO_BLOCK_TOKENS,
+            ncfg.batching == "continuous", st.free, route, view, DYNAMO_BLOCK_TOKENS,
             st.load, st.q_head, st.q_len, st.q_kth, st.tail, st.sl_head, st.sl_tail,
             st.next_close, st.next_done, st.n_batch, st.node, st.out, st.start, st.finish,
-            st.service, st.bsize, st.bno, st.shr, st.est, st.nxt, st.bnx, st.res_h, st.res_c,
+            st.service, st.bsize, st.bno, st.shr, st.est, st.nxt, st.bnx,
         )  # fmt: skip
         release_spilled()  # the window's pages of spilled tokens
         nd = st.node[s:e]

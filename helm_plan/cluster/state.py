@@ -27,7 +27,7 @@ import numpy as np
 from helm_plan.cache import _kernels as K
 from helm_plan.cache._emblog import N_META
 from helm_plan.cache.core import CacheState, log_slots
-from helm_plan.cluster._route import N_LOAD
+from helm_plan.cluster.routers.base import N_LOAD
 from helm_plan.errors import HelmPlanError
 
 _BUG = "a bug in the cluster simulator; rerun with --debug and report the traceback"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fake_run import make_fleet_run
 
-from helm_plan.cluster.routers import ROUTERS, RouterKind
+from helm_plan.cluster.routers import ROUTERS
 from helm_plan.policies import POLICY_FACTS
 from helm_plan.report import colours
 from helm_plan.report.sections.capacity import load_curves, pareto
@@ -21,8 +21,8 @@ def _rgb(h: str) -> tuple[int, ...]:
     ("names", "lookup"),
     [
         (set(POLICY_FACTS), colours.policy_colour),
-        (set(ROUTERS) | {k.value for k in RouterKind}, colours.router_colour),
-        (set(ROUTERS) | {k.value for k in RouterKind}, colours.router_symbol),
+        (set(ROUTERS), colours.router_colour),
+        (set(ROUTERS), colours.router_symbol),
     ],
 )
 def test_every_shipped_name_has_its_own_colour_and_symbol(names, lookup):
