@@ -4,7 +4,8 @@ A decision runs once per window, after a whole window of simulation (or serving)
 through the CPU's caches. Timed in such a run, every numpy call on a small array pays its
 dispatch through cold code paths and every line of Python its cold bytecode and attribute
 lookups: the numpy-and-Python decision took ~14 µs in a tight loop and 70-80 µs in a run.
-Here it is one compiled call over preallocated float64 arrays that allocates nothing:
+Here it is one compiled call with three arguments (the observation, the window's curve and
+the controller's one preallocated float64 array, :func:`layout`) that allocates nothing:
 
 - :func:`curve_update`, :func:`curve_fill`, :func:`curve_optimum`: the smoothed measured
   curve and what is read from it (:class:`~helm_plan.controller.features.CurveState` calls
@@ -41,14 +42,18 @@ OPT_INDEX = CURVE_INDEX
 # Controller state slots (runtime.Controller's attributes of the same names)
 BASE, CORRECTION, RATIO, IN_BURST, STABLE_RATIO = 0, 1, 2, 3, 4
 M0, M1, V0, V1, CUSUM, CALM, BURST_LEN, RECOVER_LEFT, BURSTS = 5, 6, 7, 8, 9, 10, 11, 12, 13
-N_STATE = 14
+CURVE_SEEN = 14  # the smoothed curve has a window in it (CurveState.seen)
+N_STATE = 15
 
 # Controller config slots (RuntimeConfig's fields, bools as 0/1, plus the curve's settings)
 HOLD_MARGIN, ADAPTER, ADAPTER_CAP, ADAPTER_LR, ADAPTER_DECAY, BURST = 0, 1, 2, 3, 4, 5
 EWMA_ALPHA, Z_ENTER, CUSUM_K, CUSUM_H, Z_EXIT, CALM_WINDOWS = 6, 7, 8, 9, 10, 11
 MAX_BURST_WINDOWS, BURST_MAX_SHIFT, RECOVERY_WINDOWS, MIN_SD, GUARD = 12, 13, 14, 15, 16
 GUARD_RESETS, CURVE_KEEP, CURVE_TOL, HOLD_ACTION = 17, 18, 19, 20
-N_CONFIG = 21
+# where each part of the controller's one array (:func:`layout`) starts, and its length
+OFF_ST, OFF_G, OFF_CURVE, OFF_LONG, N_CURVE = 21, 22, 23, 24, 25
+OFF_SHIFTS, N_SHIFTS, OFF_DIMS, N_DIMS, OFF_BUF, N_BUF, OFF_W = 26, 27, 28, 29, 30, 31, 32
+N_CONFIG = 33
 
 # Guard state and settings slots (guard.Guard's attributes of the same names)
 G_ANCHOR, G_FIXED, G_EVIDENCE, G_FALLBACK, G_HOLD, G_REARM, G_SEEN = 0, 1, 2, 3, 4, 5, 6
@@ -115,6 +120,14 @@ def _argmax(a: np.ndarray) -> int:
     return k
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[:] = src`` as a plain loop (numba's slice assignment is general and ~10x the
+    code: a cold decision pays for every cache line of code it runs)."""
+    for i in range(dst.shape[0]):
+        dst[i] = src[i]
+
+
 @_jit
 def curve_update(c: np.ndarray, share: np.ndarray, keep: float) -> None:
     """``c <- (c − share)·keep + share`` in place: ``(1 − a)·c + a·share`` with ``keep = 1 − a``
@@ -161,15 +174,44 @@ def curve_fill(c: np.ndarray, seen: bool, tol: float, x: np.ndarray) -> None:
     x[CURVE_INDEX + 3] = span if span < 3.0 else 3.0
 
 
-def pack(Ws: list[np.ndarray], bs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pack(Ws: list[np.ndarray], bs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """The layers as one contiguous float64 array (each layer's W transposed, in × out, then
-    its b), their widths ``[inputs, units of layer 0, ...]``, and a scratch buffer for every
-    layer's output."""
+    its b) and their widths ``[inputs, units of layer 0, ...]`` (as float64)."""
     parts = [np.concatenate([np.ravel(np.asarray(W, np.float64).T), b])
              for W, b in zip(Ws, bs, strict=True)]  # fmt: skip
     w = np.ascontiguousarray(np.concatenate(parts), np.float64)
-    dims = np.array([Ws[0].shape[1], *[W.shape[0] for W in Ws]], np.int64)
-    return w, dims, np.zeros(int(dims[1:].sum()))
+    dims = np.array([Ws[0].shape[1], *[W.shape[0] for W in Ws]], np.float64)
+    return w, dims
+
+
+def layout(
+    n_curve: int, shifts: np.ndarray, Ws: list[np.ndarray], bs: list[np.ndarray]
+) -> np.ndarray:
+    """The controller's one float64 array: settings (with the offsets below), state, guard
+    state, smoothed curve, the guard's mean curve, shifts, layer widths, the layers' outputs,
+    the layers (:func:`pack`). One array so that a decision passes three arguments (the
+    observation, the window's curve, this), the fewest a cold call can unpack."""
+    w, dims = pack(Ws, bs)
+    n_buf = int(dims[1:].sum())
+    sizes = [N_CONFIG, N_STATE, N_GUARD, n_curve, n_curve, len(shifts), len(dims), n_buf, len(w)]
+    off = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    mem = np.zeros(int(off[-1]))
+    mem[OFF_ST], mem[OFF_G], mem[OFF_CURVE], mem[OFF_LONG] = off[1], off[2], off[3], off[4]
+    mem[N_CURVE] = n_curve
+    mem[OFF_SHIFTS], mem[N_SHIFTS] = off[5], len(shifts)
+    mem[OFF_DIMS], mem[N_DIMS] = off[6], len(dims)
+    mem[OFF_BUF], mem[N_BUF], mem[OFF_W] = off[7], n_buf, off[8]
+    mem[off[5] : off[6]] = shifts
+    mem[off[6] : off[7]] = dims
+    mem[off[8] :] = w
+    return mem
+
+
+def part(mem: np.ndarray, off: int, n: int) -> np.ndarray:
+    """The view of ``mem`` whose offset and length sit in settings slots ``off`` and ``n``
+    (``n`` < 0: a fixed length ``-n``)."""
+    o = int(mem[off])
+    return mem[o : o + (int(mem[n]) if n >= 0 else -n)]
 
 
 @_jit
@@ -182,7 +224,7 @@ def forward(w: np.ndarray, dims: np.ndarray, x: np.ndarray, buf: np.ndarray, hol
     dst = 0
     n_layers = dims.shape[0] - 1
     for layer in range(n_layers):
-        n_in, n_out = dims[layer], dims[layer + 1]
+        n_in, n_out = int(dims[layer]), int(dims[layer + 1])
         for i in range(n_out):
             buf[dst + i] = 0.0
         for j in range(n_in):  # outer over inputs: the units' sums run side by side (SIMD)
@@ -197,7 +239,7 @@ def forward(w: np.ndarray, dims: np.ndarray, x: np.ndarray, buf: np.ndarray, hol
         off = bias + n_out
         src = dst
         dst += n_out
-    k = _argmax(buf[src : src + dims[n_layers]])
+    k = _argmax(buf[src : src + int(dims[n_layers])])
     return k, buf[src + k] - buf[src + hold]
 
 
@@ -289,7 +331,8 @@ def guard_reset(gs: np.ndarray, long: np.ndarray, start: float) -> None:
     gs[G_ANCHOR] = gs[G_FIXED] if gs[G_FIXED] == gs[G_FIXED] else start
     gs[G_EVIDENCE] = gs[G_FALLBACK] = gs[G_HOLD] = gs[G_REARM] = gs[G_SEEN] = 0.0
     gs[G_DECISIONS] = gs[G_OVERRIDES] = gs[G_FALLBACK_WINDOWS] = 0.0
-    long[:] = 0.0
+    for i in range(long.shape[0]):
+        long[i] = 0.0
 
 
 @_jit
@@ -308,7 +351,7 @@ def guard_step(
     if has_gain and gs[G_FIXED] != gs[G_FIXED]:  # the online anchor: the mean curve's best
         gs[G_SEEN] += 1.0
         if gs[G_SEEN] == 1.0:
-            long[:] = gain
+            _copy(long, gain)
         else:
             curve_update(long, gain, 1.0 - 1.0 / gs[G_SEEN])
         gs[G_ANCHOR] = curve_optimum(long, True, gs[G_TOL], gs[G_ANCHOR])
@@ -339,24 +382,29 @@ def guard_step(
 
 
 @_jit
-def step(
-    x: np.ndarray,
-    gain: np.ndarray,
-    has_gain: bool,
-    curve: np.ndarray,
-    seen: bool,
-    st: np.ndarray,
-    cf: np.ndarray,
-    w: np.ndarray,
-    dims: np.ndarray,
-    buf: np.ndarray,
-    shifts: np.ndarray,
-    gs: np.ndarray,
-    long: np.ndarray,
-) -> float:
+def step(x: np.ndarray, gain: np.ndarray, mem: np.ndarray) -> float:
     """One decision (``Controller.step``): observation ``x`` and the window's measured curve
-    ``gain`` in, the ratio to serve out; every layer's state updated in place (``seen``: the
-    smoothed ``curve`` has a window in it; the caller sets it after a measured window)."""
+    ``gain`` (empty: not measured) in, the ratio to serve out; every layer's state updated in
+    place in ``mem`` (:func:`layout`)."""
+    cf = mem[:N_CONFIG]
+    o = int(cf[OFF_ST])
+    st = mem[o : o + N_STATE]
+    o = int(cf[OFF_G])
+    gs = mem[o : o + N_GUARD]
+    n = int(cf[N_CURVE])
+    o = int(cf[OFF_CURVE])
+    curve = mem[o : o + n]
+    o = int(cf[OFF_LONG])
+    long = mem[o : o + n]
+    o = int(cf[OFF_SHIFTS])
+    shifts = mem[o : o + int(cf[N_SHIFTS])]
+    o = int(cf[OFF_DIMS])
+    dims = mem[o : o + int(cf[N_DIMS])]
+    o = int(cf[OFF_BUF])
+    buf = mem[o : o + int(cf[N_BUF])]
+    w = mem[int(cf[OFF_W]) :]
+    has_gain = gain.shape[0] > 0
+
     r_now = x[RATIO_INDEX]  # the ratio the node ran at
     if st[RATIO] != st[RATIO]:  # first decision: start from where the node is
         st[RATIO] = st[BASE] = st[STABLE_RATIO] = r_now
@@ -364,12 +412,12 @@ def step(
             guard_reset(gs, long, r_now)
     # layer 0: the measured curve, smoothed, and its features written into x
     if has_gain:
-        if seen:
+        if st[CURVE_SEEN] != 0.0:
             curve_update(curve, gain, cf[CURVE_KEEP])
         else:
-            curve[:] = gain
-            seen = True
-    curve_fill(curve, seen, cf[CURVE_TOL], x)
+            _copy(curve, gain)
+            st[CURVE_SEEN] = 1.0
+    curve_fill(curve, st[CURVE_SEEN] != 0.0, cf[CURVE_TOL], x)
     # layer 1's forward pass, then layers 1-3
     k, margin = forward(w, dims, x, buf, int(cf[HOLD_ACTION]))
     out = propose(st, cf, x, shifts, k, margin)

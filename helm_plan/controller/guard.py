@@ -68,9 +68,12 @@ class Guard:
         evidence_alpha: float = 0.5,
         hold_windows: int = 3,
         rearm_windows: int = 2,
+        buf: np.ndarray | None = None,
     ) -> None:
-        self._s = np.zeros(K.N_GUARD)
-        self._long = np.zeros(CURVE_POINTS)
+        # buf: where the state lives (the controller's array: its compiled step reads it there)
+        buf = np.zeros(K.N_GUARD + CURVE_POINTS) if buf is None else buf
+        self._s = buf[: K.N_GUARD]
+        self._long = buf[K.N_GUARD : K.N_GUARD + CURVE_POINTS]
         """The mean curve over every window so far (the online anchor's)."""
         fixed = anchor if anchor is not None and math.isfinite(anchor) else None
         self._s[K.G_FIXED] = float("nan") if fixed is None else fixed

@@ -54,6 +54,7 @@ import numpy as np
 from helm_plan.controller import _kernel as K
 from helm_plan.controller import checks
 from helm_plan.controller.features import (
+    CURVE_POINTS,
     FEATURE_VERSION,
     N_FEATURES,
     CurveState,
@@ -63,7 +64,7 @@ from helm_plan.controller.guard import Guard
 from helm_plan.errors import ConfigError, InputFileError
 
 _NO_CURVE = np.zeros(0)
-"""What :func:`~helm_plan.controller._kernel.decide` reads when a window measured no curve."""
+"""The curve :func:`~helm_plan.controller._kernel.step` reads when a window measured none."""
 
 DEFAULT_PATH = Path(__file__).parent / "default" / "controller.npz"
 """The shipped controller (trained by ``scripts/train_controller.sh``)."""
@@ -159,10 +160,11 @@ _CONFIG_SLOTS = {
 class Controller:
     """The three-layer controller and its state (see the module docstring).
 
-    The online state lives in one float64 array (``_st``, slots ``controller._kernel``'s),
-    the settings in another (``_cf``, rebuilt when ``cfg`` is set), the actor's layers in a
-    third: :meth:`step` is one compiled call over them. The attributes below read and write
-    those slots."""
+    Settings, online state, the guard's state, both curves and the actor's layers live in
+    one float64 array (``_mem``, :func:`controller._kernel.layout`): :meth:`step` is one
+    compiled call on it. ``_cf`` (settings, rewritten when ``cfg`` is set), ``_st`` (state),
+    ``curve.curve`` and ``guard._s`` are views of it; the attributes below read and write
+    its slots."""
 
     base = K.Slot("_st", K.BASE)
     correction = K.Slot("_st", K.CORRECTION)
@@ -190,25 +192,43 @@ class Controller:
         anchor: float | None = None,
     ) -> None:
         check_version(feature_version, source)
-        self._st = np.full(K.N_STATE, np.nan)
-        self._cf = np.zeros(K.N_CONFIG)
+        # shapes, finite values and shifts: a NaN or ragged actor is refused, never run
+        Ws, bs, self.shifts = checks.controller_arrays(weights, shifts, N_FEATURES, source)
+        self._W = [np.ascontiguousarray(W) for W in Ws]
+        self._b = [np.ascontiguousarray(b) for b in bs]
+        # settings, state, curves, shifts and layers in one float64 array made once: a decision
+        # is one compiled call on it (controller._kernel.step) and allocates nothing
+        self._mem = K.layout(CURVE_POINTS, np.asarray(self.shifts, np.float64), self._W, self._b)
+        self._bind()
+        self._hold = int(np.nanargmin(np.abs(self.shifts)))  # the zero shift (NaN: the jump)
+        self._cf[K.HOLD_ACTION] = self._hold
         self.cfg = cfg or RuntimeConfig()
         self.anchor = anchor
         """The guard's anchor (None: estimated online from the measured curve)."""
         self.card = card or {}
         self.source = source
-        # shapes, finite values and shifts: a NaN or ragged actor is refused, never run
-        Ws, bs, self.shifts = checks.controller_arrays(weights, shifts, N_FEATURES, source)
-        self._W = [np.ascontiguousarray(W) for W in Ws]
-        self._b = [np.ascontiguousarray(b) for b in bs]
-        self._shift_list = [float(v) for v in self.shifts]
-        # the layers as one contiguous float64 array and a scratch buffer, made once: a decision
-        # is one compiled call (controller._kernel) and allocates nothing
-        self._w, self._dims, self._buf = K.pack(self._W, self._b)
-        self._shifts = np.ascontiguousarray(self.shifts, np.float64)
-        self._hold = int(np.nanargmin(np.abs(self.shifts)))  # the zero shift (NaN: the jump)
-        self._cf[K.HOLD_ACTION] = self._hold
         self.reset()
+
+    def _bind(self) -> None:
+        """The views of ``_mem`` the Python side reads and writes (the compiled step finds the
+        same parts through the offsets in the settings)."""
+        m = self._mem
+        self._cf = m[: K.N_CONFIG]
+        self._st = K.part(m, K.OFF_ST, -K.N_STATE)
+        self._shifts = K.part(m, K.OFF_SHIFTS, K.N_SHIFTS)
+        self._dims = K.part(m, K.OFF_DIMS, K.N_DIMS)
+        self._buf = K.part(m, K.OFF_BUF, K.N_BUF)
+        self._w = m[int(m[K.OFF_W]) :]
+        if "curve" in self.__dict__:  # state made by reset(): point it back into _mem
+            self.curve.curve = K.part(m, K.OFF_CURVE, K.N_CURVE)
+            g = K.part(m, K.OFF_G, -(K.N_GUARD + CURVE_POINTS))
+            self.guard._s, self.guard._long = g[: K.N_GUARD], g[K.N_GUARD :]
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # a copy (copy.deepcopy: a cluster copies the policy per node) or an unpickled
+        # controller: its views are copies now, so point them into its own _mem again
+        self.__dict__.update(state)
+        self._bind()
 
     @property
     def cfg(self) -> RuntimeConfig:
@@ -273,11 +293,15 @@ class Controller:
         self._recover_left = 0
         self.bursts = 0
         self.curve = CurveState()
+        self.curve.curve = K.part(self._mem, K.OFF_CURVE, K.N_CURVE)
+        self.curve.reset()
+        self._st[K.CURVE_SEEN] = 0.0
         self._cf[K.CURVE_KEEP], self._cf[K.CURVE_TOL] = 1.0 - self.curve.alpha, self.curve.tol
         self._cf[K.GUARD_RESETS] = self.anchor is None  # the first step resets the guard there
         c = self.cfg
         self.guard = Guard(self.anchor, c.enter_margin, c.exit_margin, c.evidence_alpha,
-                           c.hold_windows, c.rearm_windows)  # fmt: skip
+                           c.hold_windows, c.rearm_windows,
+                           K.part(self._mem, K.OFF_G, -(K.N_GUARD + CURVE_POINTS)))  # fmt: skip
         self.latency_ns: list[int] = []
         """Duration of every step() since the last reset, ns (the runtime's own timer)."""
 
@@ -327,11 +351,11 @@ class Controller:
         (:class:`~helm_plan.controller.measure.NodeMeter`), which is measuring, not deciding.
         """
         t0 = time.perf_counter_ns()
-        cs, has = self.curve, curve is not None
-        out = K.step(features, curve if has else _NO_CURVE, has, cs.curve, cs.seen, self._st,
-                     self._cf, self._w, self._dims, self._buf, self._shifts, self.guard._s,
-                     self.guard._long)  # fmt: skip
-        cs.seen = cs.seen or has
+        if curve is None:
+            curve = _NO_CURVE
+        else:
+            self.curve.seen = True  # as the step marks it in _mem
+        out = K.step(features, curve, self._mem)
         self.latency_ns.append(time.perf_counter_ns() - t0)
         return out
 

@@ -91,3 +91,22 @@ def test_step_works_in_the_buffers_made_at_construction():
     assert [id(a) for a in (c._st, c._cf, c._w, c._buf, c.guard._s, c.guard._long,
                             c.curve.curve)] == ids  # fmt: skip
     assert len(c.latency_ns) == 50 and c.guard.decisions == 50
+
+
+def test_a_copy_decides_in_its_own_array():
+    # a cluster deep-copies the policy per node: each copy's views point into its own _mem
+    import copy
+    import pickle
+
+    c = Controller.load(DEFAULT_PATH)
+    rng = np.random.default_rng(3)
+    steps = [(rng.random(N_FEATURES), rng.normal(0, 0.01, CURVE_POINTS)) for _ in range(30)]
+    copies = [copy.deepcopy(c), pickle.loads(pickle.dumps(c))]
+    for o in copies:
+        assert not np.shares_memory(o._mem, c._mem)
+        for view in (o._st, o._cf, o.curve.curve, o.guard._s, o.guard._long):
+            assert np.shares_memory(view, o._mem)
+    got = [[o.step(x.copy(), g) for x, g in steps] for o in (c, *copies)]
+    assert got[0] == got[1] == got[2]
+    assert c.guard.decisions == copies[0].guard.decisions == 30
+    np.testing.assert_array_equal(c.curve.curve, copies[0].curve.curve)
