@@ -1,4 +1,4 @@
-"""The deployable controller: numpy only, ``Controller.step(features, curve) -> ratio``.
+"""The deployable controller, ``Controller.step(features, curve) -> ratio`` (numba, no torch).
 
 A serving runtime embeds this module (it never imports torch). At each
 window boundary it passes the observation vector of the window just served
@@ -30,9 +30,12 @@ next window. Four layers, with their state:
    back to it with hysteresis when the windows served away from it lose
    against their counterfactual.
 
-``step`` times itself (``time.perf_counter_ns`` at entry and exit):
-:meth:`Controller.decision_latency_us` is the latency measured in this run,
-never the card's.
+``step`` times itself (``time.perf_counter_ns`` at entry and exit, around the
+whole decision: observation vector and measured curve in, ratio out, all four
+layers; see :meth:`Controller.step`): :meth:`Controller.decision_latency_us` is
+the latency measured in this run, never the card's. The decision is one
+compiled call (:mod:`helm_plan.controller._kernel`, numba; no torch) on
+arrays made when the controller is built.
 
 The controller file is a ``.npz``: the actor's weights, the shifts, the
 feature version (checked: a controller for other features is an error) and
@@ -208,6 +211,9 @@ class Controller:
         self.card = card or {}
         self.source = source
         self.reset()
+        # load (or compile) the compiled step now, on a scratch copy: the first decision of a
+        # process must not pay numba's cache load (~10 ms) or compilation inside its timer
+        K.step(np.zeros(N_FEATURES), _NO_CURVE, self._mem.copy())
 
     def _bind(self) -> None:
         """The views of ``_mem`` the Python side reads and writes (the compiled step finds the
@@ -348,7 +354,8 @@ class Controller:
         detector and recovery (3), the guard with its online anchor (4), and the call into
         the compiled step (:func:`~helm_plan.controller._kernel.step`). Not inside: building
         the observation vector and the measured curve from the window
-        (:class:`~helm_plan.controller.measure.NodeMeter`), which is measuring, not deciding.
+        (:class:`~helm_plan.controller.measure.NodeMeter`), which is measuring, not deciding,
+        and loading the compiled code, done once when the controller is built.
         """
         t0 = time.perf_counter_ns()
         if curve is None:
