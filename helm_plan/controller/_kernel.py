@@ -220,6 +220,8 @@ def forward(w: np.ndarray, dims: np.ndarray, x: np.ndarray, buf: np.ndarray, hol
     """The actor on ``x``: (argmax of the logits, its logit minus the hold action's). Each unit
     sums ``W[i, j]·h[j]`` for j left to right, then adds ``b[i]``; hidden layers are tanh.
     ``buf`` holds every layer's output (the logits last)."""
+    if x.shape[0] != int(dims[0]):
+        raise ValueError("the observation's length is not the actor's number of inputs")
     off = 0  # into w
     src = 0  # where this layer's input starts in buf (layer 0 reads x)
     dst = 0
@@ -412,6 +414,10 @@ def step(x: np.ndarray, gain: np.ndarray, mem: np.ndarray) -> float:
     buf = mem[o : o + int(cf[N_BUF])]
     w = mem[int(cf[OFF_W]) :]
     has_gain = gain.shape[0] > 0
+    if has_gain and gain.shape[0] != n:
+        raise ValueError("the measured curve's length is not the curve grid's")
+    if x.shape[0] <= CURVE_INDEX + 3:
+        raise ValueError("the observation is shorter than the feature vector")
 
     r_now = x[RATIO_INDEX]  # the ratio the node ran at
     if st[RATIO] != st[RATIO]:  # first decision: start from where the node is

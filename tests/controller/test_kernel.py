@@ -110,3 +110,13 @@ def test_a_copy_decides_in_its_own_array():
     assert got[0] == got[1] == got[2]
     assert c.guard.decisions == copies[0].guard.decisions == 30
     np.testing.assert_array_equal(c.curve.curve, copies[0].curve.curve)
+
+
+def test_wrong_lengths_are_errors_not_reads_past_the_end():
+    c = Controller.load(DEFAULT_PATH)
+    with pytest.raises(ValueError, match="observation"):
+        c.step(np.zeros(N_FEATURES - 1))
+    with pytest.raises(ValueError, match="curve"):
+        c.step(np.zeros(N_FEATURES), np.zeros(CURVE_POINTS - 1))
+    with pytest.raises(ValueError, match="observation"):
+        c.base_shift(np.zeros(N_FEATURES + 1))
