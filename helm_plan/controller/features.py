@@ -6,7 +6,8 @@ vector the policy reads. Training (:mod:`helm_plan.controller.env`, from
 label tables) and serving (:mod:`helm_plan.controller.policy`, from the live
 :class:`~helm_plan.sim.step.WindowResult`) both call it, so the two cannot
 skew in scaling, clipping or missing-value handling. The module is numpy
-only (the runtime imports it).
+and the compiled loops of :mod:`helm_plan.controller._kernel`, no torch (the
+runtime imports it).
 
 **Scale-free.** One controller serves any trace, model and GPU, so no entry
 is an absolute rate, length or time: load is the node's utilisation (busy
@@ -46,6 +47,7 @@ import math
 
 import numpy as np
 
+from helm_plan.controller import _kernel
 from helm_plan.errors import ConfigError
 
 FEATURE_VERSION = "2"
@@ -110,6 +112,11 @@ NET_UP_INDEX = FEATURE_NAMES.index("ghost_net_up")
 NET_DOWN_INDEX = FEATURE_NAMES.index("ghost_net_down")
 CURVE_INDEX = len(OBS_NAMES)
 OPT_INDEX = FEATURE_NAMES.index("curve_opt")
+assert (_kernel.BURST_INDEX, _kernel.COLD_INDEX, _kernel.RATIO_INDEX, _kernel.NET_UP_INDEX,
+        _kernel.NET_DOWN_INDEX, _kernel.CURVE_INDEX, _kernel.OPT_INDEX) == (
+    BURST_INDEX, COLD_INDEX, RATIO_INDEX, NET_UP_INDEX, NET_DOWN_INDEX, CURVE_INDEX, OPT_INDEX
+), "controller._kernel's feature indices"  # fmt: skip
+
 
 CURVE_POINTS = 101
 """Ratios of the measured curve: 0, 0.01, ..., 1 (the ghost's grid)."""
@@ -237,40 +244,31 @@ class CurveState:
             c[:] = share
             self.seen = True
             return
-        # c <- (1 - a)·c + a·share, in place (the runtime's µs budget: no temporaries)
-        c -= share
-        c *= 1.0 - (self.alpha if alpha is None else alpha)
-        c += share
+        # c <- (1 - a)·c + a·share, in place, one compiled loop (the runtime's µs budget)
+        _kernel.curve_update(c, _f64(share), 1.0 - (self.alpha if alpha is None else alpha))
 
     def optimum(self, r: float) -> float:
         """The curve's best ratio, or ``r`` itself when ``r`` is within ``tol`` of the best (and
         when nothing is known yet): no move for a gain under ``tol``."""
-        if not self.seen:
-            return r
-        c = self.curve
-        k = int(c.argmax())
-        if c.item(_k(r)) >= c.item(k) - self.tol:
-            return r
-        return k / (CURVE_POINTS - 1)
+        return _kernel.curve_optimum(self.curve, self.seen, self.tol, r)
 
     def value(self, r: float) -> float:
         """The smoothed curve at ``r`` (nearest grid point)."""
         return self.curve.item(_k(r))
 
     def fill(self, x: np.ndarray) -> np.ndarray:
-        """Write the curve features (:data:`CURVE_NAMES`) of observation ``x`` in place."""
-        r = x.item(RATIO_INDEX)
-        c = self.curve
-        k = int(c.argmax())
-        best, here = c.item(k), c.item(_k(r))
-        opt = r if (not self.seen or here >= best - self.tol) else k / (CURVE_POINTS - 1)
-        g = 10.0 * (best - here) if opt != r else 0.0
-        span = 10.0 * (best - c.min()) if self.seen else 0.0
-        x[CURVE_INDEX] = opt
-        x[CURVE_INDEX + 1] = opt - r
-        x[CURVE_INDEX + 2] = g if g < 3.0 else 3.0
-        x[CURVE_INDEX + 3] = span if span < 3.0 else 3.0
+        """Write the curve features (:data:`CURVE_NAMES`) of observation ``x`` in place: the
+        optimum (as :meth:`optimum`), its distance, the log P99 it saves (x10, capped at 3) and
+        the curve's span (x10, capped at 3)."""
+        _kernel.curve_fill(self.curve, self.seen, self.tol, x)
         return x
+
+
+def _f64(a: np.ndarray) -> np.ndarray:
+    """``a`` as a contiguous float64 array (itself when it is one: no copy on the hot path)."""
+    if type(a) is np.ndarray and a.dtype == np.float64 and a.flags.c_contiguous:
+        return a
+    return np.ascontiguousarray(a, np.float64)
 
 
 def _k(r: float) -> int:

@@ -1,4 +1,4 @@
-"""The controller's last layer: do no harm against the robust static ratio (numpy only).
+"""The controller's last layer: do no harm against the robust static ratio (numpy and numba).
 
 The guard holds an **anchor**: the static ratio a planner would deploy instead
 of the controller (the best static ratio of the planner's own search, handed
@@ -31,11 +31,34 @@ import math
 
 import numpy as np
 
-from helm_plan.controller.features import CurveState, _k
+from helm_plan.controller import _kernel as K
+from helm_plan.controller.features import CURVE_POINTS, CURVE_TOL, CurveState
+
+_NO_GAIN = np.zeros(0)
 
 
 class Guard:
-    """The guard's state for one node (see the module docstring)."""
+    """The guard's state for one node (see the module docstring).
+
+    The state lives in one float64 array (``_s``, slots ``controller._kernel.G_*``) and the
+    online anchor's mean curve in another (``_long``): the step is compiled
+    (:func:`~helm_plan.controller._kernel.guard_step`), and the controller's own compiled
+    step runs the same function on the same arrays."""
+
+    anchor = K.Slot("_s", K.G_ANCHOR)
+    evidence = K.Slot("_s", K.G_EVIDENCE)
+    fallback = K.Slot("_s", K.G_FALLBACK, bool)
+    _hold = K.Slot("_s", K.G_HOLD, int)
+    _rearm = K.Slot("_s", K.G_REARM, int)
+    _seen = K.Slot("_s", K.G_SEEN, int)
+    decisions = K.Slot("_s", K.G_DECISIONS, int)
+    overrides = K.Slot("_s", K.G_OVERRIDES, int)
+    fallback_windows = K.Slot("_s", K.G_FALLBACK_WINDOWS, int)
+    enter_margin = K.Slot("_s", K.G_ENTER)
+    exit_margin = K.Slot("_s", K.G_EXIT)
+    evidence_alpha = K.Slot("_s", K.G_ALPHA)
+    hold_windows = K.Slot("_s", K.G_HOLD_WINDOWS, int)
+    rearm_windows = K.Slot("_s", K.G_REARM_WINDOWS, int)
 
     def __init__(
         self,
@@ -45,32 +68,30 @@ class Guard:
         evidence_alpha: float = 0.5,
         hold_windows: int = 3,
         rearm_windows: int = 2,
+        buf: np.ndarray | None = None,
     ) -> None:
-        self.fixed = anchor if anchor is not None and math.isfinite(anchor) else None
+        # buf: where the state lives (the controller's array: its compiled step reads it there)
+        buf = np.zeros(K.N_GUARD + CURVE_POINTS) if buf is None else buf
+        self._s = buf[: K.N_GUARD]
+        self._long = buf[K.N_GUARD : K.N_GUARD + CURVE_POINTS]
+        """The mean curve over every window so far (the online anchor's)."""
+        fixed = anchor if anchor is not None and math.isfinite(anchor) else None
+        self._s[K.G_FIXED] = float("nan") if fixed is None else fixed
         self.enter_margin, self.exit_margin = enter_margin, exit_margin
         self.evidence_alpha = evidence_alpha
         self.hold_windows, self.rearm_windows = hold_windows, rearm_windows
-        self._long = CurveState()
+        self._s[K.G_TOL] = CURVE_TOL
         self.reset()
+
+    @property
+    def fixed(self) -> float | None:
+        """The anchor given (None: estimated online)."""
+        v = float(self._s[K.G_FIXED])
+        return None if v != v else v
 
     def reset(self, start: float = 0.5) -> None:
         """A cold node: no evidence, the online anchor back at ``start``."""
-        self.anchor = self.fixed if self.fixed is not None else start
-        self.evidence = 0.0
-        self.fallback = False
-        self._hold = self._rearm = 0
-        self._seen = 0
-        self._long.reset()
-        self.decisions = 0
-        self.overrides = 0
-        self.fallback_windows = 0
-
-    def _update_anchor(self, share: np.ndarray | None) -> None:
-        if self.fixed is not None or share is None:
-            return
-        self._seen += 1
-        self._long.update(share, 1.0 / self._seen)  # the mean curve over every window so far
-        self.anchor = self._long.optimum(self.anchor)
+        K.guard_reset(self._s, self._long, float(start))
 
     def step(
         self,
@@ -82,32 +103,14 @@ class Guard:
         """The ratio to serve next: ``proposal`` or the anchor.
 
         ``served`` is the ratio of the window just served, ``gain`` its counterfactual P99
-        curve (None: nothing measured), ``curve`` the smoothed curve (the prediction).
+        curve (None: nothing measured), ``curve`` the smoothed curve (the prediction). The
+        online anchor (no anchor given) is first moved to the best ratio of the mean of every
+        measured window's curve.
         """
-        self._update_anchor(gain)
-        a = self.anchor
-        self.decisions += 1
-        if gain is not None:
-            # realised against the anchor's counterfactual on the same window: > 0 when the
-            # anchor would have been faster (0 when the anchor was served)
-            loss = gain.item(_k(a)) - gain.item(_k(served)) if abs(served - a) > 1e-9 else 0.0
-            self.evidence += self.evidence_alpha * (loss - self.evidence)
-        pred = curve.value(proposal) - curve.value(a)
-        if not self.fallback and self.evidence > self.exit_margin:
-            self.fallback = True
-            self._hold, self._rearm = self.hold_windows, 0
-        if self.fallback:
-            self._rearm = self._rearm + 1 if pred > self.enter_margin else 0
-            if self._hold > 0 or self._rearm < self.rearm_windows:
-                self._hold -= 1
-                self.fallback_windows += 1
-                self.overrides += abs(proposal - a) > 1e-9
-                return a
-            self.fallback, self.evidence = False, 0.0
-        if abs(proposal - a) > 1e-9 and pred <= self.enter_margin:
-            self.overrides += 1
-            return a
-        return proposal
+        has = gain is not None
+        g = np.ascontiguousarray(gain, np.float64) if has else _NO_GAIN
+        return K.guard_step(self._s, self._long, float(proposal), float(served), g, has,
+                            curve.curve)  # fmt: skip
 
     @property
     def fallback_share(self) -> float:

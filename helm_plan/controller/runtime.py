@@ -1,4 +1,4 @@
-"""The deployable controller: numpy only, ``Controller.step(features, curve) -> ratio``.
+"""The deployable controller, ``Controller.step(features, curve) -> ratio`` (numba, no torch).
 
 A serving runtime embeds this module (it never imports torch). At each
 window boundary it passes the observation vector of the window just served
@@ -30,9 +30,12 @@ next window. Four layers, with their state:
    back to it with hysteresis when the windows served away from it lose
    against their counterfactual.
 
-``step`` times itself (``time.perf_counter_ns`` at entry and exit):
-:meth:`Controller.decision_latency_us` is the latency measured in this run,
-never the card's.
+``step`` times itself (``time.perf_counter_ns`` at entry and exit, around the
+whole decision: observation vector and measured curve in, ratio out, all four
+layers; see :meth:`Controller.step`): :meth:`Controller.decision_latency_us` is
+the latency measured in this run, never the card's. The decision is one
+compiled call (:mod:`helm_plan.controller._kernel`, numba; no torch) on
+arrays made when the controller is built.
 
 The controller file is a ``.npz``: the actor's weights, the shifts, the
 feature version (checked: a controller for other features is an error) and
@@ -51,21 +54,20 @@ from typing import Any
 
 import numpy as np
 
+from helm_plan.controller import _kernel as K
 from helm_plan.controller import checks
 from helm_plan.controller.features import (
-    BURST_INDEX,
-    COLD_INDEX,
+    CURVE_POINTS,
     FEATURE_VERSION,
     N_FEATURES,
-    NET_DOWN_INDEX,
-    NET_UP_INDEX,
-    OPT_INDEX,
-    RATIO_INDEX,
     CurveState,
     check_version,
 )
 from helm_plan.controller.guard import Guard
 from helm_plan.errors import ConfigError, InputFileError
+
+_NO_CURVE = np.zeros(0)
+"""The curve :func:`~helm_plan.controller._kernel.step` reads when a window measured none."""
 
 DEFAULT_PATH = Path(__file__).parent / "default" / "controller.npz"
 """The shipped controller (trained by ``scripts/train_controller.sh``)."""
@@ -147,8 +149,40 @@ class RuntimeConfig:
                 )
 
 
+_CONFIG_SLOTS = {
+    "hold_margin": K.HOLD_MARGIN, "adapter": K.ADAPTER, "adapter_cap": K.ADAPTER_CAP,
+    "adapter_lr": K.ADAPTER_LR, "adapter_decay": K.ADAPTER_DECAY, "burst": K.BURST,
+    "ewma_alpha": K.EWMA_ALPHA, "z_enter": K.Z_ENTER, "cusum_k": K.CUSUM_K,
+    "cusum_h": K.CUSUM_H, "z_exit": K.Z_EXIT, "calm_windows": K.CALM_WINDOWS,
+    "max_burst_windows": K.MAX_BURST_WINDOWS, "burst_max_shift": K.BURST_MAX_SHIFT,
+    "recovery_windows": K.RECOVERY_WINDOWS, "min_sd": K.MIN_SD, "guard": K.GUARD,
+}  # fmt: skip
+"""Where each RuntimeConfig field sits in the compiled step's settings array."""
+
+
 class Controller:
-    """The three-layer controller and its state (see the module docstring)."""
+    """The three-layer controller and its state (see the module docstring).
+
+    Settings, online state, the guard's state, both curves and the actor's layers live in
+    one float64 array (``_mem``, :func:`controller._kernel.layout`): :meth:`step` is one
+    compiled call on it. ``_cf`` (settings, rewritten when ``cfg`` is set), ``_st`` (state),
+    ``curve.curve`` and ``guard._s`` are views of it; the attributes below read and write
+    its slots."""
+
+    base = K.Slot("_st", K.BASE)
+    correction = K.Slot("_st", K.CORRECTION)
+    ratio = K.Slot("_st", K.RATIO)
+    in_burst = K.Slot("_st", K.IN_BURST, bool)
+    stable_ratio = K.Slot("_st", K.STABLE_RATIO)
+    _m0 = K.Slot("_st", K.M0)
+    _m1 = K.Slot("_st", K.M1)
+    _v0 = K.Slot("_st", K.V0)
+    _v1 = K.Slot("_st", K.V1)
+    _cusum = K.Slot("_st", K.CUSUM)
+    _calm = K.Slot("_st", K.CALM, int)
+    _burst_len = K.Slot("_st", K.BURST_LEN, int)
+    _recover_left = K.Slot("_st", K.RECOVER_LEFT, int)
+    bursts = K.Slot("_st", K.BURSTS, int)
 
     def __init__(
         self,
@@ -161,20 +195,57 @@ class Controller:
         anchor: float | None = None,
     ) -> None:
         check_version(feature_version, source)
+        # shapes, finite values and shifts: a NaN or ragged actor is refused, never run
+        Ws, bs, self.shifts = checks.controller_arrays(weights, shifts, N_FEATURES, source)
+        self._W = [np.ascontiguousarray(W) for W in Ws]
+        self._b = [np.ascontiguousarray(b) for b in bs]
+        # settings, state, curves, shifts and layers in one float64 array made once: a decision
+        # is one compiled call on it (controller._kernel.step) and allocates nothing
+        self._mem = K.layout(CURVE_POINTS, np.asarray(self.shifts, np.float64), self._W, self._b)
+        self._bind()
+        self._hold = int(np.nanargmin(np.abs(self.shifts)))  # the zero shift (NaN: the jump)
+        self._cf[K.HOLD_ACTION] = self._hold
         self.cfg = cfg or RuntimeConfig()
         self.anchor = anchor
         """The guard's anchor (None: estimated online from the measured curve)."""
         self.card = card or {}
         self.source = source
-        # shapes, finite values and shifts: a NaN or ragged actor is refused, never run
-        Ws, bs, self.shifts = checks.controller_arrays(weights, shifts, N_FEATURES, source)
-        self._W = [np.ascontiguousarray(W) for W in Ws]
-        self._b = [np.ascontiguousarray(b) for b in bs]
-        self._shift_list = [float(v) for v in self.shifts]
-        self._Wa = [np.hstack([W, b[:, None]]) for W, b in zip(self._W, self._b, strict=True)]
-        self._hs = [np.ones(W.shape[1] + 1) for W in self._W]  # inputs of each layer, then 1
-        self._hold = int(np.nanargmin(np.abs(self.shifts)))  # the zero shift (NaN: the jump)
         self.reset()
+        # load (or compile) the compiled step now, on a scratch copy: the first decision of a
+        # process must not pay numba's cache load (~10 ms) or compilation inside its timer
+        K.step(np.zeros(N_FEATURES), _NO_CURVE, self._mem.copy())
+
+    def _bind(self) -> None:
+        """The views of ``_mem`` the Python side reads and writes (the compiled step finds the
+        same parts through the offsets in the settings)."""
+        m = self._mem
+        self._cf = m[: K.N_CONFIG]
+        self._st = K.part(m, K.OFF_ST, -K.N_STATE)
+        self._shifts = K.part(m, K.OFF_SHIFTS, K.N_SHIFTS)
+        self._dims = K.part(m, K.OFF_DIMS, K.N_DIMS)
+        self._buf = K.part(m, K.OFF_BUF, K.N_BUF)
+        self._w = m[int(m[K.OFF_W]) :]
+        if "curve" in self.__dict__:  # state made by reset(): point it back into _mem
+            self.curve.curve = K.part(m, K.OFF_CURVE, K.N_CURVE)
+            g = K.part(m, K.OFF_G, -(K.N_GUARD + CURVE_POINTS))
+            self.guard._s, self.guard._long = g[: K.N_GUARD], g[K.N_GUARD :]
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # a copy (copy.deepcopy: a cluster copies the policy per node) or an unpickled
+        # controller: its views are copies now, so point them into its own _mem again
+        self.__dict__.update(state)
+        self._bind()
+
+    @property
+    def cfg(self) -> RuntimeConfig:
+        """The online layers' settings (setting them takes effect at the next step)."""
+        return self._cfg
+
+    @cfg.setter
+    def cfg(self, cfg: RuntimeConfig) -> None:
+        self._cfg = cfg
+        for name, i in _CONFIG_SLOTS.items():
+            self._cf[i] = float(getattr(cfg, name))
 
     # -------------------------------------------------------------- files
 
@@ -228,9 +299,15 @@ class Controller:
         self._recover_left = 0
         self.bursts = 0
         self.curve = CurveState()
+        self.curve.curve = K.part(self._mem, K.OFF_CURVE, K.N_CURVE)
+        self.curve.reset()
+        self._st[K.CURVE_SEEN] = 0.0
+        self._cf[K.CURVE_KEEP], self._cf[K.CURVE_TOL] = 1.0 - self.curve.alpha, self.curve.tol
+        self._cf[K.GUARD_RESETS] = self.anchor is None  # the first step resets the guard there
         c = self.cfg
         self.guard = Guard(self.anchor, c.enter_margin, c.exit_margin, c.evidence_alpha,
-                           c.hold_windows, c.rearm_windows)  # fmt: skip
+                           c.hold_windows, c.rearm_windows,
+                           K.part(self._mem, K.OFF_G, -(K.N_GUARD + CURVE_POINTS)))  # fmt: skip
         self.latency_ns: list[int] = []
         """Duration of every step() since the last reset, ns (the runtime's own timer)."""
 
@@ -259,105 +336,35 @@ class Controller:
     def base_shift(self, x: np.ndarray) -> float:
         """Layer 1: the actor's action for observation ``x`` (argmax of its logits) as a shift
         of the base ratio (the curve action: the shift to the curve's optimum)."""
-        # biases folded into the weights ([W | b] against [h, 1]) and buffers made once:
-        # a handful of ufunc calls and no allocation (the µs budget)
-        Wa, hs = self._Wa, self._hs
-        hs[0][:-1] = x
-        for i in range(len(Wa) - 1):
-            np.tanh(np.dot(Wa[i], hs[i]), out=hs[i + 1][:-1])
-        lg = np.dot(Wa[-1], hs[-1])
-        k = int(lg.argmax())
-        if self.cfg.hold_margin > 0.0 and lg[k] - lg[self._hold] <= self.cfg.hold_margin:
-            return 0.0
-        d = self._shift_list[k]
-        return float(x[OPT_INDEX]) - self.base if d != d else d
+        k, margin = K.forward(self._w, self._dims, x, self._buf, self._hold)
+        return K.shift_of(self._st, self._cf, x, self._shifts, k, margin)
 
     def _detect(self, x: np.ndarray) -> bool:
         """Layer 3's detector: update the EWMA band and CUSUM, return whether a burst is on."""
-        cfg = self.cfg
-        v0, v1 = float(x[BURST_INDEX]), float(x[COLD_INDEX])  # log burst score, cold share
-        if self._m0 != self._m0:  # first window: the band starts here
-            self._m0, self._m1 = v0, v1
-            return False
-        z0 = (v0 - self._m0) / max(math.sqrt(self._v0), cfg.min_sd)
-        z1 = (v1 - self._m1) / max(math.sqrt(self._v1), cfg.min_sd)
-        z = z0 if z0 > z1 else z1
-        self._cusum = max(0.0, self._cusum + z - cfg.cusum_k)
-        if not self.in_burst:
-            if z > cfg.z_enter or self._cusum > cfg.cusum_h:
-                self.in_burst = True
-                self.bursts += 1
-                self._calm = self._burst_len = 0
-            else:  # the band learns only outside bursts: a burst must not become the baseline
-                a = cfg.ewma_alpha
-                d0, d1 = v0 - self._m0, v1 - self._m1
-                self._m0 += a * d0
-                self._m1 += a * d1
-                self._v0 = (1 - a) * (self._v0 + a * d0 * d0)
-                self._v1 = (1 - a) * (self._v1 + a * d1 * d1)
-        else:
-            self._burst_len += 1
-            self._calm = self._calm + 1 if z < cfg.z_exit else 0
-            if self._calm >= cfg.calm_windows:
-                self.in_burst = False
-                self._cusum = 0.0
-                self._recover_left = cfg.recovery_windows
-            elif self._burst_len >= cfg.max_burst_windows:  # a new level, not a burst
-                self.in_burst = False
-                self._cusum, self._v0, self._v1 = 0.0, 0.0, 0.0
-                self._m0, self._m1 = v0, v1
-                self.stable_ratio = self.ratio
-        return self.in_burst
+        return bool(K.detect(self._st, self._cf, x))
 
     def step(self, features: np.ndarray, curve: np.ndarray | None = None) -> float:
         """The EMB share for the next window, from the observation of the window just served
         and its measured curve (None: not measured). Writes the curve features into
-        ``features``."""
+        ``features`` (a float64 vector of :data:`N_FEATURES`).
+
+        Timed (the runtime's own timer, ``latency_ns``): from entry to the ratio, i.e. the
+        whole decision: the curve smoothed and its features written into the observation
+        (layer 0), the actor's forward pass and argmax (layer 1), the adapter (2), the burst
+        detector and recovery (3), the guard with its online anchor (4), and the call into
+        the compiled step (:func:`~helm_plan.controller._kernel.step`). Not inside: building
+        the observation vector and the measured curve from the window
+        (:class:`~helm_plan.controller.measure.NodeMeter`), which is measuring, not deciding,
+        and loading the compiled code, done once when the controller is built.
+        """
         t0 = time.perf_counter_ns()
-        x = features
-        r_now = float(x[RATIO_INDEX])  # the ratio the node ran at
-        if self.ratio != self.ratio:  # first decision: start from where the node is
-            self.ratio = self.base = self.stable_ratio = r_now
-            if self.anchor is None:
-                self.guard.reset(r_now)
-        self.curve.update(curve)
-        self.curve.fill(x)
-        out = self._propose(x)
-        if self.cfg.guard:
-            out = self.guard.step(out, r_now, curve, self.curve)
-            if out != self.ratio:  # overridden: the layers resume from what is served
-                self.base, self.correction = out, 0.0
-        self.ratio = out
+        if curve is None:
+            curve = _NO_CURVE
+        else:
+            self.curve.seen = True  # as the step marks it in _mem
+        out = K.step(features, curve, self._mem)
         self.latency_ns.append(time.perf_counter_ns() - t0)
         return out
-
-    def _propose(self, x: np.ndarray) -> float:
-        """Layers 1-3: the ratio the controller would serve without the guard."""
-        cfg = self.cfg
-        was_burst = self.in_burst
-        burst = self._detect(x) if cfg.burst else False
-        shift = self.base_shift(x)
-        if burst:
-            if not was_burst:
-                self.stable_ratio = self.ratio
-            shift = min(max(shift, -cfg.burst_max_shift), cfg.burst_max_shift)
-            self.base = min(max(self.base + shift, 0.0), 1.0)
-            self.ratio = min(max(self.ratio + shift, 0.0), 1.0)
-            return self.ratio
-        if self._recover_left > 0:
-            # back to the last stable ratio in equal steps; the base policy resumes from there
-            self.ratio += (self.stable_ratio - self.ratio) / self._recover_left
-            self._recover_left -= 1
-            self.base, self.correction = self.ratio, 0.0
-            return self.ratio
-        self.base = min(max(self.base + shift, 0.0), 1.0)
-        if cfg.adapter:
-            g = math.tanh(float(x[NET_UP_INDEX]) - float(x[NET_DOWN_INDEX]))
-            c = (1.0 - cfg.adapter_decay) * self.correction + cfg.adapter_lr * g
-            self.correction = min(max(c, -cfg.adapter_cap), cfg.adapter_cap)
-        self.ratio = min(max(self.base + self.correction, 0.0), 1.0)
-        self.stable_ratio = self.ratio
-        return self.ratio
 
 
 def save(ctrl: Controller, path: str | os.PathLike[str]) -> Path:
