@@ -1,18 +1,27 @@
-"""The section registry: one module per section, one list of order and titles, the protocol."""
+"""The section registry: one module per section (its title and place with it), the protocol."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
+import os
 import pkgutil
 import re
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
 
 import pytest
 from fake_run import make_fleet_run, make_run
 
+import helm_plan
+from helm_plan.errors import ConfigError
 from helm_plan.report import html as report_html
 from helm_plan.report import sections
-from helm_plan.report.page import Page, Section
+from helm_plan.report.page import Page
 from helm_plan.report.sections import SECTIONS
 
 PAGE_ORDER = ("summary", "capacity", "routing", "workload", "curves", "latency", "oracle",
@@ -55,21 +64,51 @@ def test_a_section_returning_none_is_left_out_with_its_toc_entry():
     assert toc == got
 
 
-def test_adding_a_section_is_one_registry_line(monkeypatch):
-    """A new module's render plus its line in SECTIONS is all the page needs."""
+def _extra_module(name: str, order: int) -> types.ModuleType:
+    """A section module as a new file would define it: TITLE, ORDER and render."""
 
     def render(run, page):
         from helm_plan.report.sections.policies import policy_p99
 
         return "<p>extra</p>" + page.figure(policy_p99(run))
 
-    extra = Section("extra", "Extra checks", render)
-    monkeypatch.setattr(report_html, "SECTIONS", (*SECTIONS[:1], extra, *SECTIONS[1:]))
+    m = types.ModuleType(f"helm_plan.report.sections.{name}")
+    m.TITLE, m.ORDER, m.render = "Extra checks", order, render
+    return m
+
+
+def test_adding_a_section_is_one_new_module(monkeypatch):
+    """A module with TITLE, ORDER and render is all the page needs: its key is its name and
+    its ORDER places it (15: between Summary's 10 and Capacity's 20)."""
+    mods = [importlib.import_module(f"helm_plan.report.sections.{s.key}") for s in SECTIONS]
+    got = sections.collect([*mods, _extra_module("extra", 15)])
+    assert [s.key for s in got] == ["summary", "extra", *PAGE_ORDER[1:]]
+    monkeypatch.setattr(report_html, "SECTIONS", got)
     page = report_html.render(make_run())
     assert '<section id="extra"><h2>Extra checks</h2><p>extra</p>' in page
     assert page.index('id="summary"') < page.index('id="extra"') < page.index('id="workload"')
     assert '<li><a href="#extra">Extra checks</a></li>' in page
     assert "fig-extra-0" in _figures(page)
+
+
+def test_the_package_finds_a_new_section_file(tmp_path):
+    """Discovery, end to end: a file dropped into a copy of the package is on the page."""
+    pkg = tmp_path / "helm_plan"
+    shutil.copytree(Path(helm_plan.__file__).parent, pkg,
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    (pkg / "report" / "sections" / "zz_extra.py").write_text(
+        'TITLE = "Extra checks"\nORDER = 105\n\n\ndef render(run, page):\n    return "<p>x</p>"\n'
+    )
+    code = "from helm_plan.report.sections import SECTIONS; print([s.key for s in SECTIONS])"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str([*PAGE_ORDER[:-1], "zz_extra", PAGE_ORDER[-1]])
+
+
+def test_two_sections_at_one_place_are_refused():
+    with pytest.raises(ConfigError, match="share an ORDER: .*a, .*b"):
+        sections.collect([_extra_module("a", 5), _extra_module("b", 5)])
 
 
 def test_section_record_is_frozen():

@@ -1,40 +1,45 @@
-"""The report's sections: the one home of their order and titles.
+"""The report's sections, one module each; the package finds them.
 
-Each section is a module here with ``render(run, page) -> str | None``
-(:class:`~helm_plan.report.page.Section`); :data:`SECTIONS` lists them in
-page order. Adding a section is one new module, its line below and its test.
+A section is a module here with ``TITLE`` (its heading and table-of-contents
+entry), ``ORDER`` (its place on the page, lowest first) and
+``render(run, page) -> str | None`` (:class:`~helm_plan.report.page.Section`);
+its key (anchor and figure ids) is the module's name. :data:`SECTIONS` is
+built from the modules, so adding a section is one new module and its test.
+Modules whose name starts with ``_`` are helpers, not sections.
 """
 
 from __future__ import annotations
 
-from helm_plan.report.page import Section
-from helm_plan.report.sections import (
-    capacity,
-    controller,
-    curves,
-    latency,
-    oracle,
-    policies,
-    reproducibility,
-    routing,
-    sensitivity,
-    summary,
-    workload,
-)
+import importlib
+import pkgutil
+from collections.abc import Iterable
+from types import ModuleType
 
-SECTIONS: tuple[Section, ...] = (
-    Section("summary", "Summary", summary.render),
-    Section("capacity", "Capacity", capacity.render),
-    Section("routing", "Routing", routing.render),
-    Section("workload", "Workload", workload.render),
-    Section("curves", "Cache curves", curves.render),
-    Section("latency", "Latency model", latency.render),
-    Section("oracle", "Oracle timeline", oracle.render),
-    Section("policies", "Policies", policies.render),
-    Section("controller", "Controller", controller.render),
-    Section("sensitivity", "Sensitivity", sensitivity.render),
-    Section("reproducibility", "Reproducibility", reproducibility.render),
-)
+from helm_plan.errors import ConfigError
+from helm_plan.report.page import Section
+
+
+def collect(modules: Iterable[ModuleType]) -> tuple[Section, ...]:
+    """The sections of ``modules`` in page order; two sections at one place are refused
+    (the page's order would then depend on file names)."""
+    found = sorted(modules, key=lambda m: m.ORDER)
+    orders = [m.ORDER for m in found]
+    if len(set(orders)) != len(orders):
+        dup = sorted({m.__name__ for m in found if orders.count(m.ORDER) > 1})
+        raise ConfigError(f"report sections share an ORDER: {', '.join(dup)}",
+                          hint="give each section module its own ORDER")  # fmt: skip
+    return tuple(Section(m.__name__.rpartition(".")[2], m.TITLE, m.render) for m in found)
+
+
+def _modules() -> list[ModuleType]:
+    return [
+        importlib.import_module(f"{__name__}.{m.name}")
+        for m in pkgutil.iter_modules(__path__)
+        if not m.name.startswith("_")
+    ]
+
+
+SECTIONS: tuple[Section, ...] = collect(_modules())
 """Every section, in page order (a section whose render returns None is left out)."""
 
-__all__ = ["SECTIONS", "Section"]
+__all__ = ["SECTIONS", "Section", "collect"]

@@ -140,6 +140,10 @@ def _operating(run: RunData) -> str:
             "pool.")  # fmt: skip
 
 
+TITLE = "Capacity"
+ORDER = 20
+
+
 def render(run: RunData, page: Page) -> str | None:
     """The Capacity section; None when planning was skipped (``--no-capacity``)."""
     cap = run.table(CAPACITY)

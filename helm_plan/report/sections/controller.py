@@ -10,6 +10,9 @@ from helm_plan.report.controller import controller_body, controller_summary
 from helm_plan.report.page import Page
 from helm_plan.report.store import RunData
 
+TITLE = "Controller"
+ORDER = 90
+
 
 def render(run: RunData, page: Page) -> str | None:
     """The controller's figures and table, or None when analyze ran no controller."""

@@ -75,6 +75,10 @@ def kv_curve(run: RunData) -> go.Figure | None:
     return _curve(run, ("kv",), "KV reuse vs cache size", "reused token share")
 
 
+TITLE = "Cache curves"
+ORDER = 50
+
+
 def render(run: RunData, page: Page) -> str:
     """The knees table and the two curves."""
     knees = (

@@ -67,6 +67,10 @@ def latency_terms(run: RunData) -> go.Figure | None:
     )  # fmt: skip
 
 
+TITLE = "Latency model"
+ORDER = 60
+
+
 def render(run: RunData, page: Page) -> str:
     """The formula with its source, the coefficients and the per-term figure."""
     coef = rows(run.table(LATENCY_COEF))

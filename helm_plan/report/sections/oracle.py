@@ -91,6 +91,10 @@ def regret_heatmap(run: RunData) -> go.Figure | None:
                   yaxis_title="EMB share r", hovermode="closest")  # fmt: skip
 
 
+TITLE = "Oracle timeline"
+ORDER = 70
+
+
 def render(run: RunData, page: Page) -> str:
     """How the labels were made, the two figures and the per-window labels table."""
     cols: list[Column] = [

@@ -97,6 +97,10 @@ def policy_ratio(run: RunData) -> go.Figure | None:
                   yaxis_title="EMB share r")  # fmt: skip
 
 
+TITLE = "Policies"
+ORDER = 80
+
+
 def render(run: RunData, page: Page) -> str:
     """The policies table and the per-window and static-sweep figures."""
     cols: list[Column] = [

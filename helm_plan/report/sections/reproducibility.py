@@ -6,6 +6,9 @@ from helm_plan.report.page import Page, f_fixed, f_text, rows, table
 from helm_plan.report.store import RunData
 from helm_plan.report.tables import CONFIG, TIMINGS, VERSIONS
 
+TITLE = "Reproducibility"
+ORDER = 110
+
 
 def render(run: RunData, page: Page) -> str:
     """What a rerun needs: identity, configuration, package versions and stage timings."""

@@ -37,6 +37,10 @@ def ratio_spread(run: RunData) -> go.Figure | None:
                   xaxis_title="time (s)", yaxis_title="r spread")  # fmt: skip
 
 
+TITLE = "Routing"
+ORDER = 30
+
+
 def render(run: RunData, page: Page) -> str | None:
     """The Routing section; None when planning was skipped (as Capacity)."""
     if run.table(CAPACITY).is_empty():

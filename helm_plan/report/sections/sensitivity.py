@@ -76,6 +76,10 @@ def adaptivity(run: RunData) -> go.Figure | None:
                   yaxis_title="P99 reduction", hovermode="closest")  # fmt: skip
 
 
+TITLE = "Sensitivity"
+ORDER = 100
+
+
 def render(run: RunData, page: Page) -> str:
     """The value-of-adaptivity table and the three sensitivity figures."""
     cols: list[Column] = [

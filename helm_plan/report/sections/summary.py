@@ -49,6 +49,10 @@ def _card(key: str, value: str, sub: str = "") -> str:
     )
 
 
+TITLE = "Summary"
+ORDER = 10
+
+
 def render(run: RunData, page: Page) -> str:
     """The verdict, the four headline cards and the setting table."""
     h = headline(run)

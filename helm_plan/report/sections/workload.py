@@ -89,6 +89,10 @@ def popularity(run: RunData) -> go.Figure | None:
     )  # fmt: skip
 
 
+TITLE = "Workload"
+ORDER = 40
+
+
 def render(run: RunData, page: Page) -> str:
     """The statistics table and the three workload figures."""
     st = stats_dict(run)
