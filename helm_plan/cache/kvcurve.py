@@ -206,7 +206,7 @@ def _push(ta, tm, node):
 def _prefix_add(ta, tm, size, r, v):
     """Add v to the slots 0..r-1."""
     mx = v if v > 0 else 0
-    node = 1
+    node = np.int64(1)  # not a literal: _push and _apply compile once
     lo = 0
     hi = size
     while True:
@@ -229,7 +229,7 @@ def _prefix_add(ta, tm, size, r, v):
 @nb.njit(cache=True)
 def _leaf(ta, tm, size, levels, p):
     """Push every tag above slot p down to it; returns its node."""
-    node = 1
+    node = np.int64(1)
     for b in range(levels - 1, -1, -1):
         _push(ta, tm, node)
         node = 2 * node + ((p >> b) & 1)
