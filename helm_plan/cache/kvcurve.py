@@ -180,7 +180,7 @@ def kv_reuse_exact(
 # tag is its own (F, max F) since the slot was created.
 # The tree helpers are separate compiled functions that LLVM inlines: as numba-level inlines
 # (inline="always") _kv_dist_kernel typed a dozen copies of _apply, a quarter of its compile
-# on a fresh install (1.4 s of CPU, now 1.05 s; kv_distances' run time within noise).
+# on a fresh install (1.4 s of CPU; now 0.95 s; kv_distances' run time within noise).
 
 
 @nb.njit(cache=True)
