@@ -82,6 +82,34 @@ def _radix_sort(v, bits):
 
 
 @nb.njit(cache=True)
+def _heap_sort(v):
+    """Sort int64 ``v`` in place and return it: the comparison sort for short arrays (one
+    small function: numba's ``np.sort`` compiles five for its quicksort, about a second of
+    the first run after an install)."""
+    end = v.shape[0]
+    start = end // 2
+    while end > 1:
+        if start > 0:  # build the max-heap, from the last parent up
+            start -= 1
+        else:  # move the max behind the heap
+            end -= 1
+            v[0], v[end] = v[end], v[0]
+        root = start  # sift v[root] down into v[:end]
+        x = v[root]
+        c = 2 * root + 1
+        while c < end:
+            if c + 1 < end and v[c + 1] > v[c]:
+                c += 1
+            if v[c] <= x:
+                break
+            v[root] = v[c]
+            root = c
+            c = 2 * root + 1
+        v[root] = x
+    return v
+
+
+@nb.njit(cache=True)
 def _sorted_touched(last, qi, qe, tl):
     """The touched keys still resident, least recently used first.
 
@@ -100,7 +128,7 @@ def _sorted_touched(last, qi, qe, tl):
             m += 1
     packed = packed[:m]
     if m < _SMALL_SORT:
-        packed = np.sort(packed)
+        packed = _heap_sort(packed)
     else:
         bits = 1
         while (top >> bits) > 0:

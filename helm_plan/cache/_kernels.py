@@ -352,7 +352,12 @@ def replay(
 ):  # fmt: skip
     qh, qtl, used, cap = e_meta[QH], e_meta[QT], e_meta[USED], e_meta[CAP]
     clk, qe, tl = e_meta[CLK], e_meta[QE], e_meta[TL]
-    pf = 0
+    # serve_request and land_prefetch see the types the cluster's run_window passes, so each
+    # compiles once: the KV lists as any-layout views (run_window's are a node's column of
+    # (users, nodes) arrays; ``[::1]`` types a contiguous one so, the same memory) and the
+    # prefetch cursor as int64 (a literal 0 compiled land_prefetch a second time)
+    k_prev, k_next, k_len, k_start = k_prev[::1], k_next[::1], k_len[::1], k_start[::1]
+    pf = np.int64(0)
     pf_done = 0
     for i in range(start, stop):
         if qtl > STAMP_LIMIT:  # rare: restamp 0..R-1 before the stamps leave int32
