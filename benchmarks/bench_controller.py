@@ -3,7 +3,8 @@
 Held-out traces: ``helm_plan.controller.suite.HELD_OUT`` (other seeds, loads, pools and
 catalogues than the training suite; MovieLens re-timed from Azure arrivals and with the mixed
 regime, a log the training never read; two heavily loaded detectability scenarios) and
-analyze's demo trace (its pool share and SLO). Each runs closed loop on one node
+analyze's demo trace (its pool share and SLO), and ``--contested K`` seeds of a contested
+case where the oracle gains (:func:`contested_case`). Each runs closed loop on one node
 (:func:`helm_plan.controller.validation.validate`: the oracle's labels, best static, the
 controller with its guard anchored at best static, the threshold rule, hill climbing; with
 ``--ablation`` the layer ablation). ``--fleet N`` also runs the first ``--fleet-traces``
@@ -45,6 +46,7 @@ from helm_plan.oracle import OracleConfig
 from helm_plan.oracle.sensitivity import adaptivity_ci
 from helm_plan.sim import NodeConfig, load_context
 from helm_plan.synth import synthesize
+from helm_plan.synth.scenarios import detectability, synthesize_scenario
 
 DEMO_HELD_OUT = dataclasses.replace(DEMO_SYNTH, qps=100.0, duration_s=120.0)
 """The demo trace as it was when the controller was validated (2026-12-05, before the demo
@@ -55,6 +57,20 @@ trace needs two gr-large nodes, so one node of it would only measure an overload
 def demo_case():
     ctx = load_context(synthesize(DEMO_HELD_OUT), pool_fraction=DEMO_POOL_FRACTION, seed=0)
     return "demo", ctx, NodeConfig(window_s=suite.WINDOW_S, slo_ms=1.0), False
+
+
+CONTESTED_POOL = 2_684_354_560
+"""2.5 GiB: the contested case's pool (the scenario's populations are sized to it)."""
+
+
+def contested_case(seed: int = 0):
+    """Where the oracle gains: the detectability scenario shrunk to a 2.5 GiB pool (the fast
+    check of tests/analyze/test_scenario_answers.py: regime A's users fit the KV cache only at
+    r <= 0.08, regime B wants r ~ 0.2), 0.5-s windows, a 2.5 ms SLO. The training suite's
+    detectability traces use other pools, populations, windows and seeds."""
+    sc = detectability(phase_s=2.0, a_users=335, b_items=300_000, seed=seed)
+    ctx = load_context(synthesize_scenario(sc), pool_bytes=CONTESTED_POOL, seed=0)
+    return f"contested-s{seed}", ctx, NodeConfig(window_s=0.5, slo_ms=2.5), True
 
 
 def held_out(a: argparse.Namespace, ds: Path | None) -> list[suite.TraceSpec]:
@@ -121,6 +137,8 @@ def main() -> None:
     ap.add_argument("--fleet", type=int, default=4, help="nodes of the fleet check (0: none)")
     ap.add_argument("--fleet-traces", type=int, default=1)
     ap.add_argument("--no-demo", action="store_true")
+    ap.add_argument("--contested", type=int, default=2,
+                    help="seeds of the contested (oracle-gaining) case to run (0: none)")  # fmt: skip
     ap.add_argument("--ablation", action="store_true")
     ap.add_argument("--real-only", action="store_true", help="only the held-out public logs")
     ap.add_argument("--only", default=None,
@@ -141,6 +159,8 @@ def main() -> None:
     todo = list(cases(specs, ds))
     if not (a.no_demo or a.real_only):
         todo.append(demo_case())
+    if not a.real_only:
+        todo.extend(contested_case(seed) for seed in range(a.contested))
     for name, ctx, ncfg, is_scen in todo:
         t0 = time.perf_counter()
         v = validation.validate(ctrl, ctx, name, ncfg, ocfg, ablation=a.ablation)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from helm_plan.cache.stack import grid_bin
 from helm_plan.cluster.routers.base import (
     CNT,
     Request,
@@ -29,7 +30,7 @@ def bounded_affinity(load, ring_h, ring_n, n_active, eps, seed, user_id):
     cap = np.int64(np.ceil((1.0 + eps) * (total + 1) / n_active))
     h = ring_hash(seed, user_id, 0xA5)
     r = ring_h.shape[0]
-    pos = np.searchsorted(ring_h, h)
+    pos = grid_bin(ring_h, h)  # np.searchsorted's lower bound, without its compile cost
     for j in range(r):
         n = ring_n[(pos + j) % r]
         if load[n, CNT] + 1 <= cap:

@@ -238,15 +238,18 @@ def _ring(nodes, vnodes, seed):
             h[k] = ring_hash(seed, n, v)
             owner[k] = n
             k += 1
-    order = np.argsort(h, kind="mergesort")
-    return h[order], owner[order]
+    return h, owner
 
 
 def build_ring(nodes: np.ndarray, vnodes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """The ring of ``nodes`` with ``vnodes`` points each: (sorted positions, owner node)."""
     if len(nodes) == 0:
         raise ConfigError("a ring needs at least one node", hint="pass --nodes >= 1")
-    return _ring(np.asarray(nodes, np.int64), vnodes, seed)
+    h, owner = _ring(np.asarray(nodes, np.int64), vnodes, seed)
+    # sorted by NumPy, not in the compiled loop: numba's mergesort cost ~1 s of a fresh
+    # install's compile; a stable sort gives the same order
+    order = np.argsort(h, kind="stable")
+    return h[order], owner[order]
 
 
 def router_seed(seed: int) -> int:
