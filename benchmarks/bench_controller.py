@@ -63,12 +63,13 @@ CONTESTED_POOL = 2_684_354_560
 """2.5 GiB: the contested case's pool (the scenario's populations are sized to it)."""
 
 
-def contested_case(seed: int = 0):
+def contested_case(seed: int = 0, duration_s: float | None = None):
     """Where the oracle gains: the detectability scenario shrunk to a 2.5 GiB pool (the fast
     check of tests/analyze/test_scenario_answers.py: regime A's users fit the KV cache only at
     r <= 0.08, regime B wants r ~ 0.2), 0.5-s windows, a 2.5 ms SLO. The training suite's
     detectability traces use other pools, populations, windows and seeds."""
-    sc = detectability(phase_s=2.0, a_users=335, b_items=300_000, seed=seed)
+    phase_s = 2.0 if duration_s is None else min(2.0, duration_s / 4)  # --duration-s: a tiny run
+    sc = detectability(phase_s=phase_s, a_users=335, b_items=300_000, seed=seed)
     ctx = load_context(synthesize_scenario(sc), pool_bytes=CONTESTED_POOL, seed=0)
     return f"contested-s{seed}", ctx, NodeConfig(window_s=0.5, slo_ms=2.5), True
 
@@ -160,7 +161,7 @@ def main() -> None:
     if not (a.no_demo or a.real_only):
         todo.append(demo_case())
     if not a.real_only:
-        todo.extend(contested_case(seed) for seed in range(a.contested))
+        todo.extend(contested_case(seed, a.duration_s) for seed in range(a.contested))
     for name, ctx, ncfg, is_scen in todo:
         t0 = time.perf_counter()
         v = validation.validate(ctrl, ctx, name, ncfg, ocfg, ablation=a.ablation)

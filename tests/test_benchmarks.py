@@ -111,8 +111,8 @@ CASES = {
     ),
     "bench_controller": Case(
         "bench_controller",
-        "--traces 1 --no-real --no-demo --duration-s 30 --load-scale 0.1 --trials 0 --fleet 2 "
-        "--json {d}/controller.json",
+        "--traces 1 --no-real --no-demo --contested 0 --duration-s 30 --load-scale 0.1 --trials 0 "
+        "--fleet 2 --json {d}/controller.json",
         (
             "| figure | measured | peer (same run) | ratio | target |",
             "| controller vs best static, worst held-out trace (synth:mixed:gr-large",
@@ -120,6 +120,12 @@ CASES = {
             "| decision latency measured in these runs",
             "| controller (PPO) vs threshold rule, synth:mixed:gr-large",
         ),
+    ),
+    "bench_controller-contested": Case(
+        "bench_controller",
+        "--only none --no-demo --contested 1 --duration-s 2 --trials 0 --fleet 0 "
+        "--json {d}/controller.json",
+        ("| contested-s0 |", "| share of the oracle's gain captured, contested-s0 |"),
     ),
     "bench_controller-movielens": Case(
         "bench_controller",
