@@ -34,7 +34,9 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-# feature indices (features.py imports this module and checks them against its names)
+# feature indices, as literals: numba freezes a global into the compiled code and its cache
+# only notices edits to this file, so indices imported from features.py could go stale in a
+# cached step; features.py imports this module and checks them against its names instead
 BURST_INDEX, COLD_INDEX, RATIO_INDEX, NET_UP_INDEX, NET_DOWN_INDEX = 4, 6, 12, 13, 14
 CURVE_INDEX = 15
 OPT_INDEX = CURVE_INDEX
