@@ -164,3 +164,15 @@ def test_policy_sees_only_the_past():
         # the observed window's requests all arrived before the boundary
         assert o.last.requests == 0 or ctx.arrays.ts_s[o.last.first + o.last.requests - 1] < w * 2.0
         assert o.features["arrival_rate_rps"] == o.last.requests / 2.0
+
+
+def test_spec_classes_import_from_the_package_by_name():
+    """``from helm_plan.policies import ControllerSpec`` (the import path before the specs had
+    a module each) finds the registered class; an unknown name is an AttributeError."""
+    import helm_plan.policies as P
+    from helm_plan.policies import ControllerSpec, Static
+
+    assert ControllerSpec is POLICIES["controller"] and Static is POLICIES["static"]
+    assert all(getattr(P, cls.__name__) is cls for cls in POLICIES.values())
+    with pytest.raises(AttributeError, match="NoSuchSpec"):
+        P.NoSuchSpec  # noqa: B018

@@ -659,3 +659,18 @@ def test_explicit_candidates_count_before_any_history():
     ids, offs = core.lookup_stream(wl, [0, 2])
     assert offs.tolist() == [0, 2, 6]
     assert ids.tolist() == [dense[40], dense[30], dense[30], dense[31], dense[41], dense[40]]
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 64, 257, 4095])
+def test_heap_sort_brute_against_numpy(n):
+    """The LRU snapshot's short sort (a hand-written heap sort) is numpy's sort, ties and
+    negative values included, in place."""
+    from helm_plan.cache._emblog import _heap_sort
+
+    rng = np.random.default_rng(n)
+    for hi in (3, 1 << 40):  # many ties; nearly distinct
+        v = rng.integers(-hi, hi, n, dtype=np.int64)
+        want = np.sort(v)
+        got = _heap_sort(v)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(v, want)  # sorted in place
