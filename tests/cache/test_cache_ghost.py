@@ -11,6 +11,7 @@ constructor's refusals and the grids on hand-computed values.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 
 import numpy as np
@@ -18,8 +19,18 @@ import pytest
 from conftest import small_table
 
 from helm_plan import arrays as A
+from helm_plan import trace
 from helm_plan.cache import core
-from helm_plan.cache.ghost import NO_GAINS, Ghost, GhostCurves, gains, share_grid
+from helm_plan.cache.ghost import (
+    EXACT_KEYS,
+    MIN_SAMPLED_KEYS,
+    NO_GAINS,
+    Ghost,
+    GhostCurves,
+    gains,
+    sample_plan,
+    share_grid,
+)
 from helm_plan.cache.kvcurve import kv_distances
 from helm_plan.errors import ConfigError
 from helm_plan.profiles import EmbTable, ModelProfile
@@ -96,6 +107,60 @@ def test_emb_curve_is_the_lru_over_the_remembered_windows(history):
         np.testing.assert_array_equal(c.emb_hit_bytes, want)
         assert c.lookup_bytes == sum(int(kb[k]) for k in streams[w])
         assert isinstance(c.lookup_bytes, float)
+
+
+def _wide_workload():
+    """4,000 requests over ~43k item keys (uniform) plus a 50-row hashed table every lookup
+    touches: the hot small table SHARDS must not sample."""
+    rng = np.random.default_rng(0)
+    n = 4000
+    off = np.zeros(n + 1, np.int64)
+    np.cumsum(rng.integers(0, 40, n), out=off[1:])
+    t = trace.make_table(np.sort(rng.uniform(0, 40, n)), rng.integers(0, 400, n), off,
+                         rng.integers(0, 60_000, off[-1]), np.full(n, 8))  # fmt: skip
+    tables = (EmbTable("item", dim=8, dtype_bytes=1),
+              EmbTable("cat", dim=3, dtype_bytes=1, rows=50, key="hash"))  # fmt: skip
+    model = dataclasses.replace(MODEL, tables=tables, max_seq_len=64, n_candidates=8)
+    return core.Workload.of(A.from_table(t), model)
+
+
+def test_sampled_ghost_tracks_the_exact_one():
+    """SHARDS at R = 1/4 of the item keys (the 50-row table whole) against the exact ghost."""
+    wl = _wide_workload()
+    assert wl.n_keys < EXACT_KEYS  # so the default ghost is the exact one
+    exact, sampled = Ghost(wl, 8 * 40_000, 4), Ghost(wl, 8 * 40_000, 4, rate=0.25)
+    assert exact.rate == 1.0 and sampled.rate == 0.25
+    n_comp = np.full(1000, 64, np.int64)
+    for s in range(0, 4000, 1000):
+        idx = np.arange(s, s + 1000)
+        e = exact.observe_requests(idx, n_comp)
+        c = sampled.observe_requests(idx, n_comp, per_request=True)
+        assert c.lookup_bytes == e.lookup_bytes  # exact: counted on the whole stream
+        err = np.abs(c.emb_hit_bytes - e.emb_hit_bytes) / e.lookup_bytes
+        assert err.max() < 0.02, (s, err.max())
+        assert e.emb_hit_bytes[50] / e.lookup_bytes > 0.5  # a curve worth estimating
+        np.testing.assert_array_equal(c.kv_reused_tokens, e.kv_reused_tokens)
+        # each request's row is the window's scale applied to its sampled hits
+        np.testing.assert_allclose(c.emb_hit_bytes_req.sum(axis=0), c.emb_hit_bytes,
+                                   atol=len(idx), rtol=1e-9)  # fmt: skip
+    # sampling the 50-row table too (forced) is what makes plain SHARDS noisy here
+    assert sample_plan(wl.keys.key_table, 0.25)[0].tolist() == [True, False]
+
+
+def test_sample_plan_rule():
+    tables = np.repeat(np.array([0, 1, 2], np.int16), [EXACT_KEYS, 3000, 40])
+    big, rate = sample_plan(tables)
+    assert rate == pytest.approx(EXACT_KEYS / (EXACT_KEYS + 3040))
+    # a table is sampled only if its sample holds MIN_SAMPLED_KEYS keys: 3000 R >= 256
+    assert big.tolist() == [True, True, False]
+    big, rate = sample_plan(tables[EXACT_KEYS:])  # few keys: the exact ghost
+    assert rate == 1.0 and big.tolist() == [False, True, False]  # (unused at rate 1)
+    assert sample_plan(tables, 256 / 3000)[0].tolist() == [True, True, False]
+    assert sample_plan(tables, 255 / 3000)[0].tolist() == [True, False, False]
+    for bad in (0.0, 1.5, -1.0):
+        with pytest.raises(ConfigError, match="^rate must be in"):
+            sample_plan(tables, bad)
+    assert MIN_SAMPLED_KEYS == 256
 
 
 def test_reset_forgets_the_remembered_windows():
