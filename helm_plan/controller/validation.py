@@ -7,6 +7,10 @@ rules, on one trace, closed loop, with confidence intervals.
   guard falls back to that ratio, the one the planner would deploy instead;
 - **the oracle** schedule (per-window labels, replayed at the same refill; never reported worse
   than best static, a schedule it could have chosen);
+- **the oracle one window late** (``oracle-late``: window ``t`` served at ``r*`` of window
+  ``t − 1``, the first at best static): what a policy that decides from the window just served
+  could at best do, knowing that window perfectly. Where it loses to best static, the phases
+  are too short for any causal controller, and holding best static is the right answer;
 - **the controller** (all layers), its guard's fallback and override shares, and its decision
   latency as its own timer measured it in this run;
 - the **threshold rule** and **hill climbing** (:mod:`helm_plan.controller.policy`), so the
@@ -64,6 +68,13 @@ def gain(peer: NodeResult, run: NodeResult, seed: int = 0) -> Gain:
     return Gain(float(ci.value), float(ci.lo), float(ci.hi))
 
 
+def late_schedule(r_star: np.ndarray, first: float) -> np.ndarray:
+    """The per-window ratios of ``r_star`` served one window late (window 0 at ``first``;
+    windows without a label keep the previous ratio)."""
+    r = np.asarray(r_star, np.float64)
+    return fill_forward(np.concatenate([[first], r[:-1]])) if len(r) else r.copy()
+
+
 def latency_summary(ns: list[int]) -> dict[str, float]:
     """Median and p99 (µs) of decision latencies (ns) and their count."""
     if not ns:
@@ -91,6 +102,9 @@ class TraceValidation:
     """The controller's gain over the threshold rule (PPO's value over a simple rule)."""
     oracle_gain: float
     """The oracle's gain over best static (>= 0: best static is a schedule it could choose)."""
+    late_gain: float
+    """The gain over best static of the oracle's schedule served one window late (the causal
+    bound; may be negative)."""
     captured: float
     """Share of the oracle's gain the controller captures (NaN where the oracle gains < 5%)."""
     narrow_windows: int
@@ -141,7 +155,9 @@ def validate(
     runs: dict[str, NodeResult] = {
         "best-static": simulate_node(ctx, np.array([bs.ratio]), ncfg),
         "oracle": simulate_node(ctx, SchedulePolicy(fill_forward(r_star), "oracle"), ncfg),
-    }
+        "oracle-late": simulate_node(ctx, SchedulePolicy(late_schedule(r_star, bs.ratio),
+                                                         "oracle-late"), ncfg),
+    }  # fmt: skip
     pol = ControllerPolicy(ctx, ncfg, ctrl, "controller", anchor=bs.ratio)
     runs["controller"] = simulate_node(ctx, pol, ncfg)
     stats = runs["controller"].policy_stats
@@ -176,7 +192,8 @@ def validate(
         slo_attainment={k: float(r.slo_attainment) for k, r in runs.items()},
         vs_best_static=vs,
         controller_vs_threshold=gain(thr, run, seed) if thr is not None else Gain(*[np.nan] * 3),
-        oracle_gain=float(og), captured=float(cg / og) if og >= ORACLE_GAINS else float("nan"),
+        oracle_gain=float(og), late_gain=float(1.0 - runs["oracle-late"].p99_ms / base.p99_ms),
+        captured=float(cg / og) if og >= ORACLE_GAINS else float("nan"),
         narrow_windows=int(narrow.sum()),
         abs_dr_narrow=float(dr[narrow].mean()) if narrow.any() else float("nan"),
         abs_dr_all=float(dr[ok].mean()) if ok.any() else float("nan"),
@@ -188,7 +205,7 @@ def validate(
 
 
 COLUMNS = ("trace", "P99 ms ctrl / static / oracle", "ctrl vs static (95% CI)",
-           "oracle gain", "captured", "ctrl vs threshold (95% CI)", "|r-r*| narrow (n)",
+           "oracle gain", "one window late", "captured", "ctrl vs threshold (95% CI)", "|r-r*| narrow (n)",
            "fallback", "step µs p50/p99 (this run)")  # fmt: skip
 """The columns of :func:`format_rows`."""
 
@@ -209,6 +226,7 @@ def format_rows(vals: list[TraceValidation]) -> list[tuple[str, ...]]:
             f"{p['controller']:.3f} / {p['best-static']:.3f} / {p['oracle']:.3f}",
             v.vs_best_static["controller"].text(),
             f"{v.oracle_gain:+.1%}",
+            f"{v.late_gain:+.1%}",
             _pct(v.captured),
             v.controller_vs_threshold.text() if np.isfinite(v.controller_vs_threshold.value)
             else "n/a",

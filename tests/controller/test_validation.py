@@ -13,6 +13,7 @@ from helm_plan.controller.policy import ControllerPolicy, ThresholdPolicy
 from helm_plan.oracle import OracleConfig, best_static, label_windows
 from helm_plan.oracle.sensitivity import adaptivity_ci
 from helm_plan.sim import simulate_node
+from helm_plan.sim.policy import SchedulePolicy
 
 OCFG = OracleConfig(trials=0)
 
@@ -43,6 +44,21 @@ def test_figures_are_those_of_independent_runs(val):
     assert val.override_share == st["guard_overrides"] / st["decisions"]
     # the oracle is never reported worse than best static
     assert val.p99_ms["oracle"] <= val.p99_ms["best-static"] and val.oracle_gain >= 0.0
+    # the oracle one window late: the labels shifted by hand, the first window at best static
+    lab = label_windows(ctx, NODE, OCFG)
+    late = np.r_[bs.ratio, lab.r_star[:-1]]
+    assert np.isfinite(late).all()  # (every window of this trace is labelled)
+    run = simulate_node(ctx, SchedulePolicy(late, "late"), NODE)
+    np.testing.assert_array_equal(run.ratios, late)
+    assert val.p99_ms["oracle-late"] == run.p99_ms
+    assert val.late_gain == 1.0 - run.p99_ms / static.p99_ms
+
+
+def test_late_schedule_hand_worked():
+    np.testing.assert_array_equal(V.late_schedule(np.array([0.1, np.nan, 0.3]), 0.5),
+                                  [0.5, 0.1, 0.1])  # fmt: skip
+    np.testing.assert_array_equal(V.late_schedule(np.array([np.nan, 0.2]), 0.4), [0.4, 0.4])
+    assert len(V.late_schedule(np.array([]), 0.4)) == 0
 
 
 def test_narrow_band_distance_and_guard_shares(val):
