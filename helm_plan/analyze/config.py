@@ -104,8 +104,9 @@ class AnalyzeConfig:
     routers: tuple[str, ...] = ("jsq", "affinity", "kv-overlap", "helm")
     """Routers the plan and the routing comparison cover."""
     plan_policies: tuple[str, ...] = default_policies("analyze-plan")
-    """Policies the plan covers (the specs naming ``analyze-plan`` among their defaults) (hill-climb is left out of analyze's plan: it is a baseline the
-    controller's tests already beat, and every policy adds a search per router)."""
+    """Policies the plan covers: the specs naming ``analyze-plan`` among their defaults (not
+    hill-climb: a baseline the controller's tests already beat, and every policy adds a search
+    per router)."""
     max_nodes: int = 64
     """Largest fleet the plan considers."""
     capacity_max_requests: int = 50_000
