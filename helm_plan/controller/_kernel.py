@@ -56,13 +56,15 @@ GUARD_RESETS, CURVE_KEEP, CURVE_TOL, HOLD_ACTION = 17, 18, 19, 20
 OFF_ST, OFF_G, OFF_CURVE, OFF_LONG, N_CURVE = 21, 22, 23, 24, 25
 OFF_SHIFTS, N_SHIFTS, OFF_DIMS, N_DIMS, OFF_BUF, N_BUF, OFF_W = 26, 27, 28, 29, 30, 31, 32
 TOUCHED = 33  # scratch: the sum step() reads to pull the array into cache (never used)
-N_CONFIG = 34
+OFF_WORST = 34  # the guard's worst curve (its length is N_CURVE)
+N_CONFIG = 35
 
 # Guard state and settings slots (guard.Guard's attributes of the same names)
 G_ANCHOR, G_FIXED, G_EVIDENCE, G_FALLBACK, G_HOLD, G_REARM, G_SEEN = 0, 1, 2, 3, 4, 5, 6
 G_DECISIONS, G_OVERRIDES, G_FALLBACK_WINDOWS = 7, 8, 9
 G_ENTER, G_EXIT, G_ALPHA, G_HOLD_WINDOWS, G_REARM_WINDOWS, G_TOL = 10, 11, 12, 13, 14, 15
-N_GUARD = 16
+G_RISK, G_WORST_AT, G_WORST_N = 16, 17, 18
+N_GUARD = 19
 
 _jit = nb.njit(cache=True, nogil=True)
 
@@ -191,22 +193,23 @@ def layout(
     n_curve: int, shifts: np.ndarray, Ws: list[np.ndarray], bs: list[np.ndarray]
 ) -> np.ndarray:
     """The controller's one float64 array: settings (with the offsets below), state, guard
-    state, smoothed curve, the guard's mean curve, shifts, layer widths, the layers' outputs,
-    the layers (:func:`pack`). One array so that a decision passes three arguments (the
+    state, smoothed curve, the guard's mean and worst curves, shifts, layer widths, the layers'
+    outputs, the layers (:func:`pack`). One array so that a decision passes three arguments (the
     observation, the window's curve, this), the fewest a cold call can unpack."""
     w, dims = pack(Ws, bs)
     n_buf = int(dims[1:].sum())
-    sizes = [N_CONFIG, N_STATE, N_GUARD, n_curve, n_curve, len(shifts), len(dims), n_buf, len(w)]
+    sizes = [N_CONFIG, N_STATE, N_GUARD, n_curve, n_curve, n_curve, len(shifts), len(dims),
+             n_buf, len(w)]  # fmt: skip
     off = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
     mem = np.zeros(int(off[-1]))
     mem[OFF_ST], mem[OFF_G], mem[OFF_CURVE], mem[OFF_LONG] = off[1], off[2], off[3], off[4]
-    mem[N_CURVE] = n_curve
-    mem[OFF_SHIFTS], mem[N_SHIFTS] = off[5], len(shifts)
-    mem[OFF_DIMS], mem[N_DIMS] = off[6], len(dims)
-    mem[OFF_BUF], mem[N_BUF], mem[OFF_W] = off[7], n_buf, off[8]
-    mem[off[5] : off[6]] = shifts
-    mem[off[6] : off[7]] = dims
-    mem[off[8] :] = w
+    mem[OFF_WORST], mem[N_CURVE] = off[5], n_curve
+    mem[OFF_SHIFTS], mem[N_SHIFTS] = off[6], len(shifts)
+    mem[OFF_DIMS], mem[N_DIMS] = off[7], len(dims)
+    mem[OFF_BUF], mem[N_BUF], mem[OFF_W] = off[8], n_buf, off[9]
+    mem[off[6] : off[7]] = shifts
+    mem[off[7] : off[8]] = dims
+    mem[off[9] :] = w
     return mem
 
 
@@ -332,9 +335,10 @@ def propose(
 
 @_jit
 def guard_reset(gs: np.ndarray, long: np.ndarray, start: float) -> None:
-    """``Guard.reset``: no evidence, the online anchor back at ``start``."""
+    """``Guard.reset``: no evidence, no worst curve, the online anchor back at ``start``."""
     gs[G_ANCHOR] = gs[G_FIXED] if gs[G_FIXED] == gs[G_FIXED] else start
     gs[G_EVIDENCE] = gs[G_FALLBACK] = gs[G_HOLD] = gs[G_REARM] = gs[G_SEEN] = 0.0
+    gs[G_WORST_N] = 0.0
     gs[G_DECISIONS] = gs[G_OVERRIDES] = gs[G_FALLBACK_WINDOWS] = 0.0
     for i in range(long.shape[0]):
         long[i] = 0.0
@@ -344,6 +348,7 @@ def guard_reset(gs: np.ndarray, long: np.ndarray, start: float) -> None:
 def guard_step(
     gs: np.ndarray,
     long: np.ndarray,
+    worst: np.ndarray,
     proposal: float,
     served: float,
     gain: np.ndarray,
@@ -351,7 +356,9 @@ def guard_step(
     curve: np.ndarray,
 ) -> float:
     """``Guard.step`` (guard.py's docstring): ``proposal`` or the anchor. ``curve`` is the
-    smoothed curve (the prediction), ``long`` the mean curve of the online anchor."""
+    smoothed curve (the prediction), ``long`` the mean curve of the online anchor, ``worst``
+    each ratio's worst log P99 ratio against the anchor over the windows measured since the
+    anchor was set (the risk)."""
     n = curve.shape[0]
     if has_gain and gs[G_FIXED] != gs[G_FIXED]:  # the online anchor: the mean curve's best
         gs[G_SEEN] += 1.0
@@ -365,8 +372,20 @@ def guard_step(
     if has_gain:
         # realised against the anchor's counterfactual on the same window: > 0 when the
         # anchor would have been faster (0 when the anchor was served)
-        loss = gain[grid_k(a, n)] - gain[grid_k(served, n)] if abs(served - a) > 1e-9 else 0.0
+        ka = grid_k(a, n)
+        loss = gain[ka] - gain[grid_k(served, n)] if abs(served - a) > 1e-9 else 0.0
         gs[G_EVIDENCE] += gs[G_ALPHA] * (loss - gs[G_EVIDENCE])
+        # gain[i] - gain[ka] = log(P99 at the anchor / P99 at i) on this window, whatever was
+        # served; its minimum over the windows since the anchor was set (an online anchor
+        # that moves starts it again)
+        if gs[G_WORST_N] == 0.0 or gs[G_WORST_AT] != a:
+            for i in range(n):
+                worst[i] = gain[i] - gain[ka]
+            gs[G_WORST_AT], gs[G_WORST_N] = a, 1.0
+        else:
+            for i in range(n):
+                worst[i] = _min(worst[i], gain[i] - gain[ka])
+            gs[G_WORST_N] += 1.0
     pred = curve[grid_k(proposal, n)] - curve[grid_k(a, n)]
     if gs[G_FALLBACK] == 0.0 and gs[G_EVIDENCE] > gs[G_EXIT]:
         gs[G_FALLBACK] = 1.0
@@ -380,7 +399,8 @@ def guard_step(
                 gs[G_OVERRIDES] += 1.0
             return a
         gs[G_FALLBACK], gs[G_EVIDENCE] = 0.0, 0.0
-    if abs(proposal - a) > 1e-9 and pred <= gs[G_ENTER]:
+    risky = gs[G_WORST_N] > 0.0 and worst[grid_k(proposal, n)] < -gs[G_RISK]
+    if abs(proposal - a) > 1e-9 and (pred <= gs[G_ENTER] or risky):
         gs[G_OVERRIDES] += 1.0
         return a
     return proposal
@@ -408,6 +428,8 @@ def step(x: np.ndarray, gain: np.ndarray, mem: np.ndarray) -> float:
     curve = mem[o : o + n]
     o = int(cf[OFF_LONG])
     long = mem[o : o + n]
+    o = int(cf[OFF_WORST])
+    worst = mem[o : o + n]
     o = int(cf[OFF_SHIFTS])
     shifts = mem[o : o + int(cf[N_SHIFTS])]
     o = int(cf[OFF_DIMS])
@@ -438,7 +460,7 @@ def step(x: np.ndarray, gain: np.ndarray, mem: np.ndarray) -> float:
     k, margin = forward(w, dims, x, buf, int(cf[HOLD_ACTION]))
     out = propose(st, cf, x, shifts, k, margin)
     if cf[GUARD] != 0.0:
-        out = guard_step(gs, long, out, r_now, gain, has_gain, curve)
+        out = guard_step(gs, long, worst, out, r_now, gain, has_gain, curve)
         if out != st[RATIO]:  # overridden: the layers resume from what is served
             st[BASE], st[CORRECTION] = out, 0.0
     st[RATIO] = out

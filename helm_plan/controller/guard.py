@@ -19,6 +19,14 @@ controller from paying for moves the measurements do not back, in two ways:
   guard falls back to the anchor and holds it at least ``hold_windows``
   windows, and re-engages only after ``rearm_windows`` windows in a row whose
   prediction clears ``enter_margin`` again (hysteresis: no flapping).
+- **Across regimes** (risk): the guard keeps, for every ratio of the grid, the worst
+  ``log(P99 at the anchor / P99 at r)`` over the windows measured since the anchor was
+  set, and refuses a move to a ratio that would have been more than ``risk_margin`` slower
+  than the anchor on any of them. A ratio that wins in the regime of the moment but loses
+  badly in one seen before is where the next regime change finds the node: on the
+  detectability scenario with 5-s phases the controller served ``r = 0`` in a KV-bound phase,
+  the EMB-bound phase that followed ran with no EMB cache, and the trace's P99 was 7.7x best
+  static's (benchmarks/bench_controller.py, ``--contested-phase-s 5``, seed 2).
 
 The prediction and the evidence read the same ghost caches; what neither
 sees (the refill traffic of a move, the EMB traffic a KV miss adds) is why
@@ -35,15 +43,18 @@ from helm_plan.controller import _kernel as K
 from helm_plan.controller.features import CURVE_POINTS, CURVE_TOL, CurveState
 
 _NO_GAIN = np.zeros(0)
+RISK_MARGIN = 0.1
+"""Default ``risk_margin``: a move may cost at most ~10% of P99 (log-ratio 0.1) against the anchor
+on every window measured since the anchor was set."""
 
 
 class Guard:
     """The guard's state for one node (see the module docstring).
 
-    The state lives in one float64 array (``_s``, slots ``controller._kernel.G_*``) and the
-    online anchor's mean curve in another (``_long``): the step is compiled
-    (:func:`~helm_plan.controller._kernel.guard_step`), and the controller's own compiled
-    step runs the same function on the same arrays."""
+    The state lives in one float64 array (``_s``, slots ``controller._kernel.G_*``), the
+    online anchor's mean curve in another (``_long``) and the worst curve in a third
+    (``_worst``): the step is compiled (:func:`~helm_plan.controller._kernel.guard_step`), and
+    the controller's own compiled step runs the same function on the same arrays."""
 
     anchor = K.Slot("_s", K.G_ANCHOR)
     evidence = K.Slot("_s", K.G_EVIDENCE)
@@ -59,6 +70,7 @@ class Guard:
     evidence_alpha = K.Slot("_s", K.G_ALPHA)
     hold_windows = K.Slot("_s", K.G_HOLD_WINDOWS, int)
     rearm_windows = K.Slot("_s", K.G_REARM_WINDOWS, int)
+    risk_margin = K.Slot("_s", K.G_RISK)
 
     def __init__(
         self,
@@ -68,18 +80,22 @@ class Guard:
         evidence_alpha: float = 0.5,
         hold_windows: int = 3,
         rearm_windows: int = 2,
-        buf: np.ndarray | None = None,
+        risk_margin: float = RISK_MARGIN,
+        views: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> None:
-        # buf: where the state lives (the controller's array: its compiled step reads it there)
-        buf = np.zeros(K.N_GUARD + CURVE_POINTS) if buf is None else buf
-        self._s = buf[: K.N_GUARD]
-        self._long = buf[K.N_GUARD : K.N_GUARD + CURVE_POINTS]
-        """The mean curve over every window so far (the online anchor's)."""
+        # views: where the state, mean and worst curves live (parts of the controller's array:
+        # its compiled step reads them there); else arrays of the guard's own
+        if views is None:
+            views = (np.zeros(K.N_GUARD), np.zeros(CURVE_POINTS), np.zeros(CURVE_POINTS))
+        self._s, self._long, self._worst = views
+        """State; the mean curve over every window so far (the online anchor's); the worst
+        log P99 ratio against the anchor per ratio (the risk)."""
         fixed = anchor if anchor is not None and math.isfinite(anchor) else None
         self._s[K.G_FIXED] = float("nan") if fixed is None else fixed
         self.enter_margin, self.exit_margin = enter_margin, exit_margin
         self.evidence_alpha = evidence_alpha
         self.hold_windows, self.rearm_windows = hold_windows, rearm_windows
+        self.risk_margin = risk_margin
         self._s[K.G_TOL] = CURVE_TOL
         self.reset()
 
@@ -109,8 +125,8 @@ class Guard:
         """
         has = gain is not None
         g = np.ascontiguousarray(gain, np.float64) if has else _NO_GAIN
-        return K.guard_step(self._s, self._long, float(proposal), float(served), g, has,
-                            curve.curve)  # fmt: skip
+        return K.guard_step(self._s, self._long, self._worst, float(proposal), float(served), g,
+                            has, curve.curve)  # fmt: skip
 
     @property
     def fallback_share(self) -> float:

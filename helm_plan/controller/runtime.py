@@ -63,7 +63,7 @@ from helm_plan.controller.features import (
     CurveState,
     check_version,
 )
-from helm_plan.controller.guard import Guard
+from helm_plan.controller.guard import RISK_MARGIN, Guard
 from helm_plan.errors import ConfigError, InputFileError
 
 _NO_CURVE = np.zeros(0)
@@ -127,10 +127,13 @@ class RuntimeConfig:
     """Windows the guard holds the anchor after falling back, at least."""
     rearm_windows: int = 2
     """Windows in a row whose prediction clears enter_margin before the guard re-engages."""
+    risk_margin: float = RISK_MARGIN
+    """The guard refuses a move to a ratio that would have had a P99 more than this (log-ratio)
+    above the anchor's on any window measured since the anchor was set (guard.py)."""
 
     def __post_init__(self) -> None:
         for name in ("hold_margin", "adapter_cap", "adapter_lr", "burst_max_shift", "min_sd",
-                     "enter_margin", "exit_margin"):  # fmt: skip
+                     "enter_margin", "exit_margin", "risk_margin"):  # fmt: skip
             if not (getattr(self, name) >= 0.0 and math.isfinite(getattr(self, name))):
                 raise ConfigError(
                     f"{name} must be finite and >= 0, got {getattr(self, name)}",
@@ -227,8 +230,13 @@ class Controller:
         self._w = m[int(m[K.OFF_W]) :]
         if "curve" in self.__dict__:  # state made by reset(): point it back into _mem
             self.curve.curve = K.part(m, K.OFF_CURVE, K.N_CURVE)
-            g = K.part(m, K.OFF_G, -(K.N_GUARD + CURVE_POINTS))
-            self.guard._s, self.guard._long = g[: K.N_GUARD], g[K.N_GUARD :]
+            self.guard._s, self.guard._long, self.guard._worst = self._guard_views()
+
+    def _guard_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The guard's state, mean curve and worst curve: views of ``_mem``."""
+        m = self._mem
+        return (K.part(m, K.OFF_G, -K.N_GUARD), K.part(m, K.OFF_LONG, K.N_CURVE),
+                K.part(m, K.OFF_WORST, K.N_CURVE))  # fmt: skip
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # a copy (copy.deepcopy: a cluster copies the policy per node) or an unpickled
@@ -306,8 +314,8 @@ class Controller:
         self._cf[K.GUARD_RESETS] = self.anchor is None  # the first step resets the guard there
         c = self.cfg
         self.guard = Guard(self.anchor, c.enter_margin, c.exit_margin, c.evidence_alpha,
-                           c.hold_windows, c.rearm_windows,
-                           K.part(self._mem, K.OFF_G, -(K.N_GUARD + CURVE_POINTS)))  # fmt: skip
+                           c.hold_windows, c.rearm_windows, c.risk_margin,
+                           views=self._guard_views())  # fmt: skip
         self.latency_ns: list[int] = []
         """Duration of every step() since the last reset, ns (the runtime's own timer)."""
 

@@ -76,6 +76,43 @@ def test_evidence_falls_back_with_hysteresis():
     assert seq == [0.3, 0.3, 0.8]
 
 
+def test_risk_refuses_a_ratio_that_lost_badly_in_a_window_seen_before():
+    """Hand-worked: regime B's window says 0.8 would have been 40% slower than the anchor 0.3
+    (log-ratio -0.4 < -0.1); in regime A the curve backs 0.8 by 5%, and 0.5 by 5% too, but 0.5
+    lost only 5% in B (-0.05 >= -0.1): 0.8 is refused, 0.5 served."""
+    g = Guard(anchor=0.3, enter_margin=0.01, risk_margin=0.1)
+    assert g.risk_margin == 0.1
+    b = _curve({0.0: 0.0, 0.3: 0.0, 0.5: -0.05, 0.8: -0.4, 1.0: -0.4})
+    a = _curve({0.0: 0.0, 0.3: 0.0, 0.5: 0.05, 0.8: 0.05, 1.0: 0.0})
+    assert g.step(0.3, 0.3, b, _smoothed(b)) == 0.3  # B: the anchor (no move proposed)
+    assert g.step(0.8, 0.3, a, _smoothed(a)) == 0.3 and g.overrides == 1  # risky: refused
+    assert g.step(0.5, 0.3, a, _smoothed(a)) == 0.5 and g.overrides == 1  # within the risk
+    np.testing.assert_allclose(g._worst, np.minimum(b - b[30], a - a[30]))
+    # without the B window (a fresh guard), 0.8 is served: the risk is what refused it
+    g2 = Guard(anchor=0.3, enter_margin=0.01, risk_margin=0.1)
+    assert g2.step(0.8, 0.3, a, _smoothed(a)) == 0.8
+    # a larger margin lets 0.8 through after B as well
+    g3 = Guard(anchor=0.3, enter_margin=0.01, risk_margin=0.5)
+    g3.step(0.3, 0.3, b, _smoothed(b))
+    assert g3.step(0.8, 0.3, a, _smoothed(a)) == 0.8
+    # reset forgets the worst curve
+    g.reset()
+    assert g.step(0.8, 0.3, a, _smoothed(a)) == 0.8
+
+
+def test_online_anchor_restarts_the_worst_curve_when_it_moves():
+    g = Guard(risk_margin=0.1)  # no anchor given
+    g.reset(0.5)
+    a = _curve({0.0: 0.0, 0.2: 0.04, 0.9: -0.5, 1.0: -0.5})
+    g.step(0.5, 0.5, a, _smoothed(a))  # the anchor moves to 0.2; worst relative to it
+    assert g.anchor == pytest.approx(0.2)
+    np.testing.assert_allclose(g._worst, a - a[20])
+    b = _curve({0.0: 0.0, 0.2: 0.04, 0.9: 1.0, 1.0: 0.0})
+    g.step(0.2, 0.2, b, _smoothed(b))  # mean's best is now 0.9: the worst curve starts again
+    assert g.anchor == pytest.approx(0.9)
+    np.testing.assert_allclose(g._worst, b - b[90])
+
+
 def test_online_anchor_is_the_best_of_the_mean_curve():
     g = Guard()  # no anchor given
     g.reset(0.5)

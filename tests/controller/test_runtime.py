@@ -230,7 +230,7 @@ def test_config_count_fields(name):
 
 def test_config_fields_and_dict():
     names = config_fields()
-    assert names[:3] == ("hold_margin", "adapter", "adapter_cap") and len(names) == 22
+    assert names[:3] == ("hold_margin", "adapter", "adapter_cap") and len(names) == 23
     d = config_dict(RuntimeConfig(z_exit=1.5))
     assert list(d) == list(names) and d["z_exit"] == 1.5 and d["calm_windows"] == 2
 
