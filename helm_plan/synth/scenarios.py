@@ -31,7 +31,10 @@ same spans without a file.
   the hit rate of the embedding cache is all the cache can win.
 
 So the best split is near the KV end in A and near the EMB end in B; the
-phase boundaries ``(i·phase_s, (i+1)·phase_s, "A" | "B")`` are exact.
+phase boundaries ``(i·phase_s, (i+1)·phase_s, "A" | "B")`` are exact. The
+defaults contest gr-small's a100-80g pool on one node; ``analyze``'s capacity
+plan serves them with two nodes, whose busiest is not contested (README,
+"Scenarios").
 """
 
 from __future__ import annotations
