@@ -33,15 +33,16 @@ of a table that would keep fewer than :data:`MIN_SAMPLED_KEYS` keys in the
 sample, every key is tracked (few rows, each hot: sampling a handful of them
 is what makes SHARDS noisy); of the other tables only keys whose hash falls
 under ``R = EXACT_KEYS / n_keys`` (fixed per workload, hash seed 0, so a run
-repeats). A sampled key weighs ``b/R`` bytes
-in the stack (so distances estimate the true bytes between two accesses,
-Horvitz-Thompson), and the window's hits are scaled by its looked-up bytes
-over the tracked weight (SHARDS's normalisation by the sampled references);
-lookup bytes stay exact. The exact stack over an 8M-key catalogue costs a
-cache-missing Fenwick tree walk per lookup, which made a 340k-request
-controller run take tens of minutes; the sample keeps the tree in cache and
-the work in proportion to ``R`` (error: tested against the exact ghost). With a short history the
-EMB ghost forgets reuse older than the history (an under-estimate at large
+repeats). A sampled key weighs ``b/R`` bytes in the stack (so distances
+estimate the true bytes between two accesses, Horvitz-Thompson), and the
+window's hits are scaled by its looked-up bytes over the tracked weight
+(SHARDS's normalisation by the sampled references); lookup bytes stay exact.
+The exact stack over an 8M-key catalogue costs a cache-missing Fenwick tree
+walk per lookup, which made a 340k-request controller run take tens of
+minutes; the sample keeps the tree in cache and the work in proportion to
+``R`` (error: tested against the exact ghost).
+
+With a short history the EMB ghost forgets reuse older than the history (an under-estimate at large
 capacity, the price of bounded memory); a live node whose split moved has
 caches that differ from a shadow at one fixed capacity.
 
