@@ -212,10 +212,9 @@ class Ghost:
         if self._dense is not None:  # SHARDS: the sampled keys' stream, exact lookup bytes
             ids, offs, look_req = self._sampled(ids, offs)
         past = self._hist[-self.history_windows :] if self.history_windows else []
-        # the past windows warm the stack, then this one is counted (fed apart: no joined copy)
-        kbytes = self.wl.keys.key_bytes if self._dense is None else self._kb
         grid = self._grid
-        hits, look = window_hits([*past, (ids, offs)], grid, key_bytes=kbytes,
+        # the past windows warm the stack, then this one is counted (fed apart: no joined copy)
+        hits, look = window_hits([*past, (ids, offs)], grid, key_bytes=self._kb,
                                  n_ids=len(self._kb), request_rows=per_request,
                                  classes=self._plan)  # fmt: skip
         at = np.searchsorted(grid, self.emb_grid)

@@ -205,8 +205,8 @@ def validate(
 
 
 COLUMNS = ("trace", "P99 ms ctrl / static / oracle", "ctrl vs static (95% CI)",
-           "oracle gain", "one window late", "captured", "ctrl vs threshold (95% CI)", "|r-r*| narrow (n)",
-           "fallback", "step µs p50/p99 (this run)")  # fmt: skip
+           "oracle gain", "one window late", "captured", "ctrl vs threshold (95% CI)",
+           "|r-r*| narrow (n)", "fallback", "step µs p50/p99 (this run)")  # fmt: skip
 """The columns of :func:`format_rows`."""
 
 
