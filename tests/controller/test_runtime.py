@@ -201,7 +201,7 @@ DET = {"ewma_alpha": 0.5, "min_sd": 0.25, "cusum_k": 1.0, "cusum_h": 4.0, "z_ent
 
 
 @pytest.mark.parametrize("name", ["hold_margin", "adapter_cap", "adapter_lr", "burst_max_shift",
-                                  "min_sd"])  # fmt: skip
+                                  "min_sd", "enter_margin", "exit_margin", "risk_margin"])  # fmt: skip
 def test_config_nonnegative_fields(name):
     assert getattr(RuntimeConfig(**{name: 0.0}), name) == 0.0  # 0 is allowed
     for bad in (-0.01, math.inf, math.nan):
