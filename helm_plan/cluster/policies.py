@@ -11,9 +11,13 @@ P99 under the chosen router (ties: higher attainment, then smaller r). A
 per-node search is not well posed: a node's traffic depends on every node's
 ratio (``helm`` routes by what a node's r lets it keep resident), so the
 per-node optimum is a fixed point of routing and splits, not a search over
-one node's trace. The search evaluates the oracle's coarse grid (default
-step 0.1) as independent cluster runs over the executor, then the two
-half-steps around the best point.
+one node's trace. The search (:func:`~helm_plan.oracle.search.static_search`)
+evaluates the oracle's coarse grid (default step 0.1) and edge points (0.02,
+0.98) as independent cluster runs over the executor, then brackets the best
+point on the ``ratio_step`` lattice (up to ``trials`` more runs, two at a time)
+until neither side can beat it by ``flat_tol``: P99(r) can have a cliff
+between two grid points (a regime's KV working set that fits only below
+r = 0.0125), which the grid's half-steps never found.
 
 The oracle-schedule policies (``oracle``, ``naive-adaptive``, ``adaptive``)
 label one node's trace and have no per-node meaning; they are refused.
@@ -32,7 +36,7 @@ from helm_plan.cluster.sim import simulate_cluster
 from helm_plan.errors import ConfigError
 from helm_plan.exec import Executor, Progress, SerialExecutor
 from helm_plan.oracle import OracleConfig
-from helm_plan.oracle.search import ratio_grid
+from helm_plan.oracle.search import Eval, static_eval, static_search
 from helm_plan.policies import PolicyEnv, parse_policy, usage
 from helm_plan.sim.context import NodeContext
 from helm_plan.sim.policy import Policy, StaticPolicy
@@ -90,17 +94,16 @@ def fleet_best_static(
     ex = executor or SerialExecutor()
     shared = (ctx, cfg)
     evals: dict[float, tuple[float, float]] = {}
+    ranked: dict[float, Eval] = {}
 
     def run(rs: list[float]) -> None:
         rs = [r for r in rs if r not in evals]
         for r, ev in zip(rs, ex.map(static_point, rs, shared=shared, progress=progress,
                                     label=lambda r: f"best static r={r:g}"), strict=True):  # fmt: skip
             evals[r] = ev
+            ranked[r] = static_eval(*ev)
 
-    run([round(float(r), 9) for r in ratio_grid(ocfg.coarse_step)])
-    best = min(evals, key=lambda r: _key(r, evals[r]))
-    half = ocfg.coarse_step / 2
-    run([round(r, 9) for r in (best - half, best + half) if 0.0 <= r <= 1.0])
+    static_search(run, ranked, ocfg)
     best = min(evals, key=lambda r: _key(r, evals[r]))
     rs = sorted(evals)
     table = pl.DataFrame({"r": rs, "p99_ms": [evals[r][0] for r in rs],

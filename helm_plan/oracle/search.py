@@ -210,6 +210,27 @@ def bracket(
         left_budget -= len(probes)
 
 
+def static_eval(p99: float, attainment: float) -> Eval:
+    """A whole-run (P99, attainment) as the bracketing search ranks it: a non-finite
+    attainment counts as 0 (a NaN P99 already ranks last), and no mean tie-break."""
+    return (p99, attainment if np.isfinite(attainment) else 0.0, 0.0)
+
+
+def static_search(ev: Callable[[list[float]], None], evals: dict[float, Eval],
+                  ocfg: OracleConfig) -> None:  # fmt: skip
+    """The fleet-wide static split's search (``plan`` and ``cluster``'s ``best-static``):
+    the coarse grid and :data:`EDGE_POINTS`, then :func:`bracket` from the lowest P99.
+
+    The edges and the bracketing matter where P99(r) has a cliff: a regime whose KV
+    working set fits only below r = 0.0125 leaves a plateau above it that the grid and its
+    half-steps never leave (a one-node fleet that meets the SLO at r = 0.01 was planned as
+    two nodes); from the edge 0.02, the plateau's lowest point, the bracket probes 0.01.
+    ``ev`` evaluates a group of ratios into ``evals`` (and may stop the search by raising).
+    """
+    ev(first_points(ocfg))
+    bracket(ev, evals, ocfg, None)
+
+
 def search(
     objective: Callable[[float], Eval],
     ocfg: OracleConfig,

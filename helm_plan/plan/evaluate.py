@@ -9,9 +9,10 @@ meets the SLO", which is what sizing needs (an operator deploys any split
 that meets it). The r are tried nearest the caller's hint first (the r that
 passed at a neighbouring size or load) and the first that passes answers,
 so a passing size usually costs one simulation. A size fails only after the
-whole set :func:`~helm_plan.cluster.policies.fleet_best_static` would search
-failed: the oracle's coarse grid, then the two half-steps around its
-lowest-P99 point.
+whole search :func:`~helm_plan.cluster.policies.fleet_best_static` runs failed
+(:func:`~helm_plan.oracle.search.static_search`: the oracle's coarse grid and
+edge points, then its bracketing search from the lowest P99 down to the
+``ratio_step`` lattice where a side is not flat).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 from helm_plan.cluster import ClusterConfig
 from helm_plan.cluster.compare import run_point
 from helm_plan.oracle import OracleConfig
-from helm_plan.oracle.search import ratio_grid
+from helm_plan.oracle.search import Eval, rank_key, static_eval, static_search
 from helm_plan.plan.config import BASELINE_POLICY, PlanConfig
 from helm_plan.plan.search import Point
 from helm_plan.sim.config import NodeConfig
@@ -58,6 +59,14 @@ def _one(ctx, ccfg, spec, oracle, attainment) -> Evaluation:
     return Evaluation(ok, p99, att, pt.sojourn_s, pt.window_idx, math.nan, 1)
 
 
+class _Passed(Exception):
+    """Ends the best-static search at its first passing r."""
+
+    def __init__(self, evaluation: Evaluation) -> None:
+        super().__init__()
+        self.evaluation = evaluation
+
+
 def meets(
     ctx: NodeContext,
     ccfg: ClusterConfig,
@@ -69,34 +78,28 @@ def meets(
     """Serve ``ctx`` on ``ccfg`` under ``spec``; ``best-static`` searches as the module says."""
     if spec != BASELINE_POLICY:
         return _one(ctx, ccfg, spec, oracle, attainment)
-    grid = [round(float(r), 9) for r in ratio_grid(oracle.coarse_step)]
     tried: dict[float, Evaluation] = {}
+    evals: dict[float, Eval] = {}
 
-    def attempt(rs: list[float]) -> Evaluation | None:
+    def attempt(rs: list[float]) -> None:
         for r in sorted(rs, key=lambda r: (abs(r - hint), r)):
             if r in tried:
                 continue
             ev = _one(ctx, ccfg, f"static:{r:g}", oracle, attainment)
             tried[r] = Evaluation(ev.passes, ev.p99_ms, ev.slo_attainment, ev.sojourn_s,
                                   ev.window_idx, r, len(tried) + 1)  # fmt: skip
+            evals[r] = static_eval(ev.p99_ms, ev.slo_attainment)
             if ev.passes:
-                return tried[r]
-        return None
+                raise _Passed(tried[r])
 
-    found = attempt(grid)
-    if found is None:
-
-        def key(r):  # the fleet search's order: lowest P99, then higher attainment, then r
-            e = tried[r]
-            return (e.p99_ms if math.isfinite(e.p99_ms) else math.inf, -e.slo_attainment, r)
-
-        best = min(tried, key=key)
-        half = oracle.coarse_step / 2
-        found = attempt([round(r, 9) for r in (best - half, best + half) if 0.0 <= r <= 1.0])
-        if found is None:
-            e = tried[min(tried, key=key)]
-            found = Evaluation(False, e.p99_ms, e.slo_attainment, e.sojourn_s, e.window_idx,
-                               e.ratio, len(tried))  # fmt: skip
+    try:
+        static_search(attempt, evals, oracle)
+    except _Passed as p:
+        found = p.evaluation
+    else:  # no r passes: the lowest-P99 r (the fleet search's order), failing
+        e = tried[min(evals, key=lambda r: rank_key(r, evals[r]))]
+        found = Evaluation(False, e.p99_ms, e.slo_attainment, e.sojourn_s, e.window_idx,
+                           e.ratio, len(tried))  # fmt: skip
     return Evaluation(found.passes, found.p99_ms, found.slo_attainment, found.sojourn_s,
                       found.window_idx, found.ratio, len(tried))  # fmt: skip
 

@@ -4,7 +4,7 @@ The fleet-wide best-static search and the per-node policy specs, hand-worked (is
 
 ``fleet_best_static`` is driven through a scripted executor: it checks that every task is
 ``static_point`` on the shared ``(ctx, cfg)`` and answers each r with a (P99, attainment)
-pair written down below, so the grid, the half-steps around the best point, the tie-breaks
+pair written down below, so the grid and edges, the bracket around the best point, the tie-breaks
 (lower P99, then higher attainment, then smaller r; a NaN P99 is the worst, a NaN
 attainment counts as 0) and the evaluated table are all worked out by hand, with no
 simulation.
@@ -194,77 +194,93 @@ def test_key_by_hand():
     assert CP._key(0.2, (4.0, -math.inf)) == (4.0, 0.0, 0.2)
 
 
-def test_grid_then_half_steps_around_the_best():
-    # P99 = 1 + 100 |r - 0.44| ms: the coarse best is 0.4 (5 ms), the half-step 0.45 beats it (2 ms)
+FIRST_01 = sorted([*_grid(0.1), 0.02, 0.98])  # the default grid and the edge points
+
+
+def test_grid_then_the_bracket_around_the_best():
+    # P99 = 1 + 100 |r - 0.44| ms: the coarse best is 0.4 (5 ms), neither neighbour flat.
+    # Golden steps: snap(0.4 - 0.382 * 0.1) = 0.36 and snap(0.4 + 0.382 * 0.1) = 0.44 (1 ms,
+    # the new best); around 0.44: snap(0.44 - 0.382 * 0.04) = 0.42, snap(0.44 + 0.382 * 0.06)
+    # = 0.46; then 0.43 and 0.45, after which both gaps are one lattice step
     ex = Scripted(lambda r: (1 + 100 * abs(r - 0.44), 0.5 + r / 10))
     seen = object()
     fs = fleet_best_static(CTX, CFG, None, ex, seen)  # default oracle: step 0.1
-    assert ex.calls[0] == _grid(0.1)
-    assert ex.calls[1] == [0.35, 0.45]
-    assert len(ex.calls) == 2
-    assert ex.progress == [seen, seen]
-    assert ex.labels[:3] == ["best static r=0", "best static r=0.1", "best static r=0.2"]
-    assert ex.labels[-2:] == ["best static r=0.35", "best static r=0.45"]
+    assert ex.calls == [FIRST_01, [0.36, 0.44], [0.42, 0.46], [0.43, 0.45]]
+    assert ex.progress == [seen] * 4
+    assert ex.labels[:3] == ["best static r=0", "best static r=0.02", "best static r=0.1"]
+    assert ex.labels[-2:] == ["best static r=0.43", "best static r=0.45"]
     assert isinstance(fs, FleetStatic)
-    assert fs.ratio == 0.45
-    assert fs.p99_ms == pytest.approx(2.0)
-    assert fs.slo_attainment == pytest.approx(0.545)
+    assert fs.ratio == 0.44
+    assert fs.p99_ms == pytest.approx(1.0)
+    assert fs.slo_attainment == pytest.approx(0.544)
     ev = fs.evaluated
     assert ev.columns == ["r", "p99_ms", "slo_attainment"]
-    rs = sorted([*_grid(0.1), 0.35, 0.45])
+    rs = sorted([*FIRST_01, 0.36, 0.44, 0.42, 0.46, 0.43, 0.45])
     assert ev["r"].to_list() == rs
     np.testing.assert_allclose(ev["p99_ms"].to_numpy(), [1 + 100 * abs(r - 0.44) for r in rs])
     np.testing.assert_allclose(ev["slo_attainment"].to_numpy(), [0.5 + r / 10 for r in rs])
 
 
-def test_best_stays_on_the_grid_when_half_steps_are_worse():
-    # P99 = 3 + |r - 0.5| with step 0.25: grid 0, .25, .5, .75, 1; half-steps .375, .625
+def test_the_bracket_stops_where_no_r_can_beat_the_best_by_flat_tol():
+    # P99 = 3 + |r - 0.5|, step 0.25: 0.25 and 0.75 are 8% above the best, so 0.4 and 0.6
+    # are probed; 0.4 and 0.6 are 3.3% above, so 0.46 and 0.54; those are within 2% and the
+    # lines through the points beside them bound the gaps below at 3.0: the best stays 0.5
     ex = Scripted(lambda r: (3 + abs(r - 0.5), 0.9))
     fs = fleet_best_static(CTX, CFG, OracleConfig(coarse_step=0.25), ex)
-    assert ex.calls == [[0.0, 0.25, 0.5, 0.75, 1.0], [0.375, 0.625]]
+    assert ex.calls == [[0.0, 0.02, 0.25, 0.5, 0.75, 0.98, 1.0], [0.4, 0.6], [0.46, 0.54]]
     assert (fs.ratio, fs.p99_ms, fs.slo_attainment) == (0.5, 3.0, 0.9)
-    assert ex.progress == [None, None]
-    assert fs.evaluated["r"].to_list() == [0.0, 0.25, 0.375, 0.5, 0.625, 0.75, 1.0]
+    assert ex.progress == [None, None, None]
+    assert fs.evaluated["r"].to_list() == [0.0, 0.02, 0.25, 0.4, 0.46, 0.5, 0.54, 0.6, 0.75,
+                                           0.98, 1.0]  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("best", "half_steps"),
-    [(0.0, [0.125]), (1.0, [0.875]), (0.25, [0.125, 0.375])],
+    ("best", "probes"),
+    [(0.0, [0.01]), (1.0, [0.99]), (0.25, [0.16, 0.35])],
 )
-def test_half_steps_stay_inside_0_1(best, half_steps):
-    ex = Scripted(lambda r: (1 + abs(r - best), 0.5))
+def test_the_bracket_stays_inside_0_1(best, probes):
+    # P99 = 1 + 10 |r - best|: at an end only the inner gap is probed (0.02 * 0.382 -> 0.01)
+    ex = Scripted(lambda r: (1 + 10 * abs(r - best), 0.5))
     fs = fleet_best_static(CTX, CFG, OracleConfig(coarse_step=0.25), ex)
-    assert ex.calls[1] == half_steps
+    assert ex.calls[1] == probes
     assert fs.ratio == best
+    assert all(0.0 <= r <= 1.0 for call in ex.calls for r in call)
 
 
-def test_half_steps_already_evaluated_are_not_rerun():
-    # step 0.4: grid 0, .4, .8, 1.0 (1.0 appended); best 0.8 -> half-steps 0.6 and 1.0 (known)
-    ex = Scripted(lambda r: (1 + abs(r - 0.8), 0.5))
-    fs = fleet_best_static(CTX, CFG, OracleConfig(coarse_step=0.4), ex)
-    assert ex.calls == [[0.0, 0.4, 0.8, 1.0], [0.6]]
-    assert fs.ratio == 0.8 and len(fs.evaluated) == 5
+@pytest.mark.parametrize("step", [0.1, 0.25, 0.4, 0.5])
+def test_no_ratio_is_simulated_twice_and_the_minimum_is_found(step):
+    def f(r):
+        return 1 + abs(r - 0.63) + 5 * (r < 0.05)
+
+    ex = Scripted(lambda r: (f(r), 0.5))
+    fs = fleet_best_static(CTX, CFG, OracleConfig(coarse_step=step), ex)
+    every = [r for call in ex.calls for r in call]
+    assert len(every) == len(set(every)) == len(fs.evaluated)
+    # a minimum off every grid: the search ends within flat_tol (2%) of the 0.01 lattice's
+    # brute-force minimum
+    assert fs.p99_ms <= 1.02 * min(f(k / 100) for k in range(101))
 
 
 def test_ties_higher_attainment_then_smaller_r():
-    # every r has the same P99; attainment peaks at 0.5 and 0.75 (equal): the smaller wins
+    # every r has the same P99 (so every side is flat: no probe); attainment peaks at 0.5 and
+    # 0.75 (equal): the smaller wins
     att = {0.0: 0.1, 0.25: 0.2, 0.5: 0.9, 0.75: 0.9, 1.0: 0.3}
     ex = Scripted(lambda r: (7.0, att.get(r, 0.0)))
     fs = fleet_best_static(CTX, CFG, OracleConfig(coarse_step=0.25), ex)
-    assert ex.calls[1] == [0.375, 0.625]
+    assert len(ex.calls) == 1
     assert (fs.ratio, fs.p99_ms, fs.slo_attainment) == (0.5, 7.0, 0.9)
     # a lower P99 beats any attainment
     ex = Scripted(lambda r: (6.0 if r == 1.0 else 7.0, 0.0 if r == 1.0 else 1.0))
     assert fleet_best_static(CTX, CFG, OracleConfig(coarse_step=0.25), ex).ratio == 1.0
 
 
-def test_a_half_step_tying_the_best_wins_by_smaller_r():
-    # 0.375 (a half-step, evaluated after the grid) ties the coarse best 0.5: the smaller r wins
-    # although min() meets 0.5 first
-    ex = Scripted(lambda r: (7.0 if r in (0.375, 0.5) else 9.0, 0.5))
+def test_a_probe_tying_the_best_wins_by_smaller_r():
+    # 0.4 (a probe, evaluated after the grid: snap(0.5 - 0.382 * 0.25)) ties the coarse best
+    # 0.5: the smaller r wins although min() meets 0.5 first
+    ex = Scripted(lambda r: (7.0 if r in (0.4, 0.5) else 9.0, 0.5))
     fs = fleet_best_static(CTX, CFG, OracleConfig(coarse_step=0.25), ex)
-    assert ex.calls[1] == [0.375, 0.625]
-    assert fs.ratio == 0.375
+    assert ex.calls[1] == [0.4, 0.6]
+    assert fs.ratio == 0.4
 
 
 def test_nan_p99_is_worst_and_nan_attainment_counts_as_zero():
@@ -273,8 +289,9 @@ def test_nan_p99_is_worst_and_nan_attainment_counts_as_zero():
     att = {0.0: 1.0, 0.5: NAN, 1.0: 0.0}
     ex = Scripted(lambda r: (p99.get(r, 50.0), att.get(r, 0.0)))
     fs = fleet_best_static(CTX, CFG, OracleConfig(coarse_step=0.5), ex)
-    # 0.5 (NaN attainment = 0) ties 1.0 (attainment 0): the smaller r wins
-    assert ex.calls == [[0.0, 0.5, 1.0], [0.25, 0.75]]
+    # 0.5 (NaN attainment = 0) ties 1.0 (attainment 0): the smaller r wins, and the bracket
+    # probes around it: snap(0.5 -+ 0.382 * 0.48) = 0.32, 0.68
+    assert ex.calls[:2] == [[0.0, 0.02, 0.5, 0.98, 1.0], [0.32, 0.68]]
     assert fs.ratio == 0.5 and fs.p99_ms == 9.0 and math.isnan(fs.slo_attainment)
     # a NaN attainment loses to a positive one at the same P99
     att2 = {0.0: 1.0, 0.5: NAN, 1.0: 0.25}
@@ -326,8 +343,9 @@ def test_best_static_spec_searches_the_fleet_with_the_env():
     seen = object()
     env = PolicyEnv(oracle=OracleConfig(coarse_step=0.5), executor=ex, progress=seen)
     np_ = node_policies("best-static", CTX, CFG, env)
-    assert ex.calls == [[0.0, 0.5, 1.0], [0.25, 0.75]]  # env's oracle step
-    assert ex.progress == [seen, seen]
+    # env's oracle step: 0.5 and the edges, then the bracket (0.32, 0.68 first)
+    assert ex.calls[:2] == [[0.0, 0.02, 0.5, 0.98, 1.0], [0.32, 0.68]]
+    assert ex.progress == [seen] * len(ex.calls)
     assert np_.spec == "best-static" and np_.cfg is CFG
     assert np_.fleet_static is not None and np_.fleet_static.ratio == 0.5
     assert isinstance(np_.policy, StaticPolicy)

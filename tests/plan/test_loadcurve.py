@@ -10,7 +10,8 @@ threshold; a static r has a fixed P99 and attainment), so every figure these tes
 worked out from the module's contract by hand: a policy passing at factors 1 and 2 and failing
 from 3 on is widened to 4, then bisected geometrically, which after six steps brackets 3 within
 a ratio of 2^(1/64); a best-static search tried nearest the hint 0.5 first on the 0.25 grid
-visits 0.5, 0.25, 0.75, 0, 1, then the two half-steps around the lowest P99."""
+visits 0.5, 0.25, 0.75, the edge points 0.02 and 0.98, 0, 1, then brackets the lowest P99 by
+golden steps on the 0.01 lattice."""
 
 from __future__ import annotations
 
@@ -319,7 +320,7 @@ def test_start_factor_edges(monkeypatch):
 # ---- meets: the best-static search --------------------------------------------------------
 
 SLO = 10.0
-ORACLE = SimpleNamespace(coarse_step=0.25)
+ORACLE = OracleConfig(coarse_step=0.25)
 CCFG = SimpleNamespace(node=SimpleNamespace(slo_ms=SLO))
 CTX = SimpleNamespace(name="ctx")
 
@@ -355,7 +356,8 @@ def test_a_plain_policy_is_one_simulation(monkeypatch):
 
 
 def test_best_static_tries_nearest_the_hint_and_stops_at_the_first_pass(monkeypatch):
-    table = {0.0: (50, 0.5), 0.25: (20, 0.8), 0.5: (30, 0.7), 0.75: (5, 1.0), 1.0: (4, 1.0)}
+    table = {0.0: (50, 0.5), 0.25: (20, 0.8), 0.5: (30, 0.7), 0.75: (5, 1.0), 1.0: (4, 1.0),
+             0.98: (4.5, 1.0)}  # fmt: skip
     tried = _fake_points(monkeypatch, table)
     ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.99)
     # |r - 0.5|: 0.5, then 0.25 and 0.75 (a tie, lower r first); 0.75 passes
@@ -366,64 +368,82 @@ def test_best_static_tries_nearest_the_hint_and_stops_at_the_first_pass(monkeypa
     np.testing.assert_array_equal(ev.window_idx, [3])  # the third simulation's
     tried.clear()
     ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.99, hint=0.9)
-    assert tried == ["static:1"] and ev.ratio == 1.0 and ev.simulations == 1
+    # the edge point 0.98 is nearer 0.9 than 1.0 is
+    assert tried == ["static:0.98"] and ev.ratio == 0.98 and ev.simulations == 1
 
 
-def test_best_static_half_steps_around_the_lowest_p99(monkeypatch):
-    # nothing on the grid passes; the lowest P99 is at 0.25 (a tie with 0.75 on P99 is broken
-    # by the higher attainment); of its half-steps, 0.125 passes
-    table = {0.0: (50, 0.5), 0.25: (20, 0.9), 0.5: (30, 0.7), 0.75: (20, 0.8),
-             1.0: (float("nan"), 0.0), 0.125: (9, 0.995), 0.375: (25, 0.9)}  # fmt: skip
+# the first points on the 0.25 grid, nearest the hint 0.5 first: 0.02 and 0.98 (edge points)
+# tie at 0.48 and 0 and 1 at 0.5, lower r first
+FIRST = ["static:0.5", "static:0.25", "static:0.75", "static:0.02", "static:0.98", "static:0",
+         "static:1"]  # fmt: skip
+
+
+def test_best_static_finds_the_pass_below_a_cliff(monkeypatch):
+    # A plateau (P99 18-30 ms) from 0.02 up, lowest at the edge point 0.02; r = 0 starves EMB
+    # (50 ms) and only r = 0.01 meets the SLO: what a KV working set that fits below
+    # r = 0.0125 does to P99(r). A grid and its half-steps never leave the plateau; an
+    # exhaustive 0.01 lattice (the brute-force answer) finds 0.01, and so must the search.
+    # Bracketing from 0.02: its neighbour 0 is not within flat_tol, so a golden step into
+    # [0, 0.02] probes snap(0.02 - 0.382 * 0.02) = 0.01; 0.25 is 11% above the best, so
+    # [0.02, 0.25] gets snap(0.02 + 0.382 * 0.23) = 0.11 beside it (0.11 first: nearer 0.5).
+    table = {0.0: (50, 0.5), 0.02: (19, 0.9), 0.25: (21, 0.9), 0.5: (30, 0.7), 0.75: (20, 0.8),
+             0.98: (40, 0.6), 1.0: (float("nan"), 0.0), 0.11: (18.5, 0.9), 0.01: (9, 0.995)}  # fmt: skip
+    brute = [r / 100 for r in range(101) if table.get(r / 100, (99, 0))[0] <= SLO]
+    assert brute == [0.01]
     tried = _fake_points(monkeypatch, table)
     ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.99)
-    assert tried == ["static:0.5", "static:0.25", "static:0.75", "static:0", "static:1",
-                     "static:0.375", "static:0.125"]  # fmt: skip
-    assert ev.passes and ev.ratio == 0.125 and ev.simulations == 7 and ev.p99_ms == 9
-    np.testing.assert_array_equal(ev.window_idx, [7])
-    # and when no half-step passes either: the lowest-P99 r, failing, after all seven
-    table[0.125] = (21, 0.9)
-    tried.clear()
-    ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.99)
-    assert len(tried) == 7 and ev.passes is False
-    assert ev.ratio == 0.25 and ev.p99_ms == 20 and ev.slo_attainment == 0.9
-    assert ev.simulations == 7
-    np.testing.assert_array_equal(ev.sojourn_s, [0.02])
-    np.testing.assert_array_equal(ev.window_idx, [2])  # 0.25 was the second simulation
+    assert tried == [*FIRST, "static:0.11", "static:0.01"]
+    assert ev.passes and ev.ratio == 0.01 and ev.simulations == 9 and ev.p99_ms == 9
+    np.testing.assert_array_equal(ev.window_idx, [9])
+    # and when nothing passes (a budget of two probes): the lowest-P99 r, failing, after all
+    table[0.01] = (25, 0.9)
+    two = OracleConfig(coarse_step=0.25, trials=2)
+    tried = _fake_points(monkeypatch, table, two)
+    ev = evaluate.meets(CTX, CCFG, "best-static", two, 0.99)
+    assert tried == [*FIRST, "static:0.11", "static:0.01"] and ev.passes is False
+    assert ev.ratio == 0.11 and ev.p99_ms == 18.5 and ev.slo_attainment == 0.9
+    assert ev.simulations == 9
+    np.testing.assert_array_equal(ev.sojourn_s, [0.0185])
+    np.testing.assert_array_equal(ev.window_idx, [8])  # 0.11 was the eighth simulation
 
 
-def test_best_static_half_steps_stay_inside_zero_one(monkeypatch):
-    # the lowest P99 at r = 1 (a NaN P99 elsewhere ranks last): only 0.875 is added
-    table = {0.0: (math.nan, 0.0), 0.25: (40, 0.5), 0.5: (30, 0.5), 0.75: (20, 0.5),
-             1.0: (11, 0.5), 0.875: (12, 0.5)}  # fmt: skip
+def test_best_static_brackets_inside_zero_one(monkeypatch):
+    # the lowest P99 at r = 1 (a NaN P99 at 0 ranks last): the bracket probes only inside,
+    # snap(1 - 0.382 * 0.02) = 0.99, after which the gap beside 1 is one lattice step
+    table = {0.0: (math.nan, 0.0), 0.02: (45, 0.5), 0.25: (40, 0.5), 0.5: (30, 0.5),
+             0.75: (20, 0.5), 0.98: (12, 0.5), 1.0: (11, 0.5), 0.99: (11.5, 0.5)}  # fmt: skip
     tried = _fake_points(monkeypatch, table)
     ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.9)
-    assert tried[5:] == ["static:0.875"] and ev.simulations == 6
+    assert tried[7:] == ["static:0.99"] and ev.simulations == 8
     assert ev.ratio == 1.0 and ev.p99_ms == 11 and not ev.passes
-    # a P99 tie broken by the lower r when attainments tie too
-    table = {0.0: (10.5, 0.5), 0.25: (40, 0.5), 0.5: (30, 0.5), 0.75: (20, 0.5),
-             1.0: (10.5, 0.5), 0.125: (13, 0.5)}  # fmt: skip
+    # a P99 tie broken by the lower r when attainments tie too: 0 wins, and [0, 0.02] gets 0.01
+    table = {0.0: (10.5, 0.5), 0.02: (13, 0.5), 0.25: (40, 0.5), 0.5: (30, 0.5),
+             0.75: (20, 0.5), 0.98: (13, 0.5), 1.0: (10.5, 0.5), 0.01: (13, 0.5)}  # fmt: skip
     tried = _fake_points(monkeypatch, table)
     ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.9)
-    assert tried[5:] == ["static:0.125"] and ev.ratio == 0.0
+    assert tried[7:] == ["static:0.01"] and ev.ratio == 0.0
 
 
 def test_a_nan_p99_tried_first_still_ranks_last(monkeypatch):
     # hint 0: r = 0 (NaN P99) is simulated first; the lowest P99 is still r = 1
-    table = {0.0: (math.nan, 0.0), 0.25: (40, 0.5), 0.5: (30, 0.5), 0.75: (20, 0.5),
-             1.0: (11, 0.5), 0.875: (12, 0.5)}  # fmt: skip
+    table = {0.0: (math.nan, 0.0), 0.02: (45, 0.5), 0.25: (40, 0.5), 0.5: (30, 0.5),
+             0.75: (20, 0.5), 0.98: (12, 0.5), 1.0: (11, 0.5), 0.99: (11.5, 0.5)}  # fmt: skip
     tried = _fake_points(monkeypatch, table)
     ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.9, hint=0.0)
-    assert tried == ["static:0", "static:0.25", "static:0.5", "static:0.75", "static:1",
-                     "static:0.875"]  # fmt: skip
+    assert tried == ["static:0", "static:0.02", "static:0.25", "static:0.5", "static:0.75",
+                     "static:0.98", "static:1", "static:0.99"]  # fmt: skip
     assert ev.ratio == 1.0 and ev.p99_ms == 11
 
 
-def test_a_half_step_already_on_the_grid_is_skipped_not_the_end(monkeypatch):
-    # step 0.4: grid 0, 0.4, 0.8, 1; the lowest P99 at 0.8, half-steps 0.6 and 1.0; tried
-    # nearest the hint 0.95: 1.0 (already simulated, skipped), then 0.6, which passes
-    orc = SimpleNamespace(coarse_step=0.4)
-    table = {0.0: (50, 0.5), 0.4: (40, 0.5), 0.8: (20, 0.5), 1.0: (30, 0.5), 0.6: (9, 1.0)}
+def test_the_bracket_probes_both_sides_nearest_the_hint_first(monkeypatch):
+    # step 0.4: first points 0, 0.02, 0.4, 0.8, 0.98, 1 (tried nearest the hint 0.95); the
+    # lowest P99 at 0.8 with neither neighbour flat: golden steps snap(0.8 - 0.382 * 0.4) = 0.65
+    # and snap(0.8 + 0.382 * 0.18) = 0.87, simulated 0.87 first (nearer 0.95); 0.65 passes
+    orc = OracleConfig(coarse_step=0.4)
+    table = {0.0: (50, 0.5), 0.02: (45, 0.5), 0.4: (40, 0.5), 0.8: (20, 0.5), 0.98: (30, 0.5),
+             1.0: (30, 0.5), 0.87: (25, 0.5), 0.65: (9, 1.0)}  # fmt: skip
     tried = _fake_points(monkeypatch, table, orc)
     ev = evaluate.meets(CTX, CCFG, "best-static", orc, 0.9, hint=0.95)
-    assert tried == ["static:1", "static:0.8", "static:0.4", "static:0", "static:0.6"]
-    assert ev.passes and ev.ratio == 0.6 and ev.simulations == 5
+    assert tried == ["static:0.98", "static:1", "static:0.8", "static:0.4", "static:0.02",
+                     "static:0", "static:0.87", "static:0.65"]  # fmt: skip
+    assert ev.passes and ev.ratio == 0.65 and ev.simulations == 8
