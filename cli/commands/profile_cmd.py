@@ -3,7 +3,7 @@
 Writes the curves table (schema: ``helm_plan.cache.curves.SCHEMA``) atomically
 and prints the whole-trace hit rates at 10%, 20%, ..., 100% of the pool and the
 knee of each curve. Notes on stderr when the trace's EMB+KV footprint fits in
-the pool (the caches then do not compete).
+the pool (the caches then compete only outside the band of r where neither evicts).
 """
 
 from __future__ import annotations

@@ -262,6 +262,10 @@ def capacity_meta(c: Capacity) -> dict[str, Any]:
     }
 
 
-def oracle_shortcut(ocfg: OracleConfig) -> OracleConfig:
-    """The oracle when the footprint fits: its coarse grid only (no Optuna trials)."""
-    return dataclasses.replace(ocfg, trials=0)
+def oracle_shortcut(ocfg: OracleConfig, fit_ratio: float | None = None) -> OracleConfig:
+    """The oracle when the footprint fits: its first points only (no search steps), among
+    them ``fit_ratio``, a ratio at which neither cache evicts
+    (:meth:`~helm_plan.sim.context.NodeContext.fit_ratio`): the first points alone need
+    not hold one (the ``flat`` scenario's band is [0.0001, 0.015])."""
+    seeds = ocfg.seed_points if fit_ratio is None else (*ocfg.seed_points, fit_ratio)
+    return dataclasses.replace(ocfg, trials=0, seed_points=tuple(dict.fromkeys(seeds)))

@@ -92,4 +92,4 @@ class Run:
     @property
     def oracle(self):  # noqa: ANN201
         o = self.cfg.oracle_config()
-        return oracle_shortcut(o) if self.fits else o
+        return oracle_shortcut(o, self.op.fit_ratio(o.ratio_step)) if self.fits else o

@@ -45,7 +45,8 @@ class Footprint:
         return self.emb_bytes + self.kv_bytes
 
     def fits(self, pool_bytes: int) -> bool:
-        """True when the whole footprint fits in ``pool_bytes`` (the caches do not compete)."""
+        """True when the whole footprint fits in ``pool_bytes`` (then some split evicts
+        nothing: :attr:`helm_plan.sim.context.NodeContext.fit_band`)."""
         return self.total_bytes <= pool_bytes
 
 

@@ -40,6 +40,11 @@ class OracleConfig:
     windows and an idle queue, windows independent and in parallel."""
     flat_tol: float = 0.02
     """Relative P99 tolerance of the flatness measure."""
+    seed_points: tuple[float, ...] = ()
+    """Ratios every search (each window's, best static's) evaluates among its first points:
+    ``analyze`` puts here a ratio at which neither cache evicts when the footprint fits the
+    pool (:attr:`helm_plan.sim.context.NodeContext.fit_band`), since its search then stops
+    at its first points."""
 
     def __post_init__(self) -> None:
         require_int("trials", self.trials, 0)
@@ -68,3 +73,5 @@ class OracleConfig:
                 f"unknown warmup {self.warmup!r}", hint=f"use one of {', '.join(WARMUPS)}"
             )
         require_range("flat_tol", self.flat_tol, 0.0, 1.0)
+        for r in self.seed_points:
+            require_range("seed_points", r, 0.0, 1.0)

@@ -77,7 +77,7 @@ def rank_key(r: float, ev: Eval, prev_r: float | None = None) -> tuple[float, ..
 
 def first_points(ocfg: OracleConfig) -> list[float]:
     """The ratios every search evaluates first: the coarse grid and the edge points."""
-    pts = set(ratio_grid(ocfg.coarse_step).tolist()) | set(EDGE_POINTS)
+    pts = set(ratio_grid(ocfg.coarse_step).tolist()) | set(EDGE_POINTS) | set(ocfg.seed_points)
     if ocfg.grid_step is not None:
         pts |= set(ratio_grid(ocfg.grid_step).tolist())
     return sorted(round(float(r), 9) for r in pts)
@@ -108,13 +108,18 @@ def start_points(ocfg: OracleConfig, grid: bool, prev_r: float | None) -> list[f
 
     The coarse grid and edges (``grid``, or a validation grid), else the bracketing search's
     first three: its start (``prev_r``, or 0.5 without one) and :data:`BRACKET_STEP` either
-    side.
+    side; with the config's ``seed_points`` in every case.
     """
+    seeds = {round(float(r), 9) for r in ocfg.seed_points}
     if grid or ocfg.grid_step is not None:
-        return first_points(ocfg) if grid else sorted(round(float(r), 9) for r in
-                                                      ratio_grid(ocfg.grid_step))  # fmt: skip
+        return (
+            first_points(ocfg)
+            if grid
+            else sorted({round(float(r), 9) for r in ratio_grid(ocfg.grid_step)} | seeds)
+        )
     x0 = snap(prev_r if prev_r is not None and np.isfinite(prev_r) else 0.5, ocfg.ratio_step)
-    return sorted({snap(x0 + d, ocfg.ratio_step) for d in (-BRACKET_STEP, 0.0, BRACKET_STEP)})
+    return sorted({snap(x0 + d, ocfg.ratio_step) for d in (-BRACKET_STEP, 0.0, BRACKET_STEP)}
+                  | seeds)  # fmt: skip
 
 
 def bracket(

@@ -119,10 +119,11 @@ def _eval(res: NodeResult) -> Eval:
 
 def static_start(ocfg: OracleConfig) -> list[float]:
     """The first whole-trace runs of the search without the grid: 0, 1 and the golden points
-    between them (or the validation grid's points)."""
+    between them (or the validation grid's points), and the config's ``seed_points``."""
     if ocfg.grid_step is not None:
         return sorted({0.0, 1.0, *start_points(ocfg, False, None)})
-    return sorted({0.0, 1.0, snap(GOLDEN, ocfg.ratio_step), snap(1.0 - GOLDEN, ocfg.ratio_step)})
+    return sorted({0.0, 1.0, snap(GOLDEN, ocfg.ratio_step), snap(1.0 - GOLDEN, ocfg.ratio_step),
+                   *(round(float(r), 9) for r in ocfg.seed_points)})  # fmt: skip
 
 
 def best_static(

@@ -72,13 +72,17 @@ def test_pool_note_at_the_footprint_boundary():
     fits = _ctx(pool_bytes=fp)
     assert fits.footprint_bytes == fp and fits.pool_bytes == fp
     assert fits.pool_source == "--pool-bytes"
+    f = footprint(fits.workload, MODEL)
+    lo, hi = f.emb_bytes / fp, 1 - f.kv_bytes / fp  # the pool is the footprint: lo == hi
+    assert fits.emb_footprint_bytes == f.emb_bytes and lo == pytest.approx(hi)
     assert fits.notes == (
         f"the trace's whole EMB+KV footprint ({fp / 2**30:.3g} GiB) fits in the "
-        f"{fp / 2**30:.3g} GiB pool, so the caches do not compete and the split does not "
-        "matter here; use --pool-fraction < 1, --scale or synth --like --scale to study a "
-        "larger workload",
+        f"{fp / 2**30:.3g} GiB pool: neither cache evicts at an EMB share between {lo:.4f} "
+        f"and {hi:.4f}, and the caches compete only outside it; use --pool-fraction < 1, "
+        "--scale or synth --like --scale to study a larger workload",
     )
-    assert _ctx(pool_bytes=fp - 1).notes == ()
+    assert fits.fit_band == pytest.approx((lo, hi))
+    assert _ctx(pool_bytes=fp - 1).notes == () and _ctx(pool_bytes=fp - 1).fit_band is None
     half = _ctx(pool_fraction=0.5)
     assert half.pool_bytes == int(0.5 * fp) and half.notes == ()
     assert half.pool_source.startswith("--pool-fraction 0.5 of the input trace's EMB+KV footprint")
@@ -107,3 +111,25 @@ def test_load_context_passes_every_option(tmp_path):
     assert d.gpu.name == "a100-80g" and d.model.name == "gr-small"
     assert d.pool_source.startswith("hbm a100-80g")
     assert d.arrays.candidate_seed == 0
+
+
+@pytest.mark.parametrize(
+    ("pool", "emb", "total", "band", "r"),
+    [
+        # band [0.1, 0.3]: middle 0.2 is on the lattice
+        (1000, 100, 800, (0.1, 0.3), 0.2),
+        # band [0.0001, 0.015] (the flat scenario's shape): middle 0.00755 -> 0.01 is inside
+        (10_000, 1, 9_851, (0.0001, 0.015), 0.01),
+        # band [0.2201, 0.2299]: no lattice point inside, the middle itself
+        (10_000, 2_201, 9_902, (0.2201, 0.2299), 0.225),
+    ],
+)
+def test_fit_band_and_ratio_by_hand(pool, emb, total, band, r):
+    ctx = dataclasses.replace(_ctx(pool_bytes=50_000), pool_bytes=pool, footprint_bytes=total,
+                              emb_footprint_bytes=emb)  # fmt: skip
+    assert ctx.fit_band == pytest.approx(band)
+    assert ctx.fit_ratio(0.01) == pytest.approx(r)
+    lo, hi = ctx.fit_band
+    assert lo <= ctx.fit_ratio(0.01) <= hi
+    over = dataclasses.replace(ctx, footprint_bytes=pool + 1)
+    assert over.fit_band is None and over.fit_ratio() is None
