@@ -18,8 +18,9 @@ The rules (``tol`` is the flatness tolerance, 2% by default):
 2. **Node.** The analysed node (one node of the fleet, as the router fed it)
    with the fleet's split: meets the SLO, or misses it alone while the fleet
    meets it pooled (said as such, never as "overloaded").
-3. **Split.** ``fits``: the whole EMB+KV footprint fits one pool, so any r
-   inside the band serves every hit (only the extremes lose). Else the
+3. **Split.** ``fits``: the whole EMB+KV footprint fits one pool, so an r
+   inside the band serves every hit (outside it the caches still compete: a
+   cyclic KV loop a percent short of its footprint hits on nothing). Else the
    extremes' penalty ``spread`` (the worse of emb-max and kv-max over best
    static, minus 1): within ``tol``: *flat*; above: *matters*. Unknown
    (``spread`` None): nothing is said.
@@ -150,14 +151,13 @@ def split_sentence(f: Facts) -> str | None:
     if f.max_nodes is not None and f.nodes is None:
         return None
     band = f" (r in [{f.band[0]:.2f}, {f.band[1]:.2f}])" if f.band else ""
-    ext = (f"; only the extremes lose (the whole pool to one cache: +{_pct(f.spread)} P99)"
-           if _ok(f.spread) and f.spread > f.flat_tol else "")  # fmt: skip
+    ext = (f", and outside it the caches compete (the whole pool to one cache: "
+           f"+{_pct(f.spread)} P99)" if _ok(f.spread) and f.spread > f.flat_tol else "")  # fmt: skip
     if f.fits and f.fits_said:
         return None
     if f.fits:
-        return (f"The whole EMB+KV footprint of {f.scope} fits one pool, so the caches do not "
-                f"compete: any split that gives each cache its footprint{band} serves every "
-                f"hit{ext}.")  # fmt: skip
+        return (f"The whole EMB+KV footprint of {f.scope} fits one pool: a split that gives "
+                f"each cache its footprint{band} serves every hit{ext}.")  # fmt: skip
     if not _ok(f.spread):
         return None
     if f.spread <= f.flat_tol:

@@ -593,8 +593,8 @@ def test_answer_sentences_in_full():
         _sav("g1", "routing", "best-static", "helm", "affinity", -2, -3.0, -1.0),
     ]  # fmt: skip
     got = R.answer_sentences(_res(cap, gpus, sav))
-    fits = ("the whole EMB+KV footprint of the planned traffic fits one pool, so the caches do "
-            "not compete: any split that gives each cache its footprint serves every hit.")  # fmt: skip
+    fits = ("the whole EMB+KV footprint of the planned traffic fits one pool: a split that gives "
+            "each cache its footprint serves every hit.")  # fmt: skip
     assert got == [
         HEAD,
         "Cheapest: 3 x g0 with emb-max behind helm: $2,400/day, $0.123 per million requests "

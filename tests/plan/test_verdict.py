@@ -66,12 +66,12 @@ NODE = [
 SPLIT = [
     (f(), None),  # nothing measured
     (f(fits=True, band=(0.2, 0.7), spread=0.3, scope="the analysed node's traffic"),
-     "The whole EMB+KV footprint of the analysed node's traffic fits one pool, so the caches do "
-     "not compete: any split that gives each cache its footprint (r in [0.20, 0.70]) serves "
-     "every hit; only the extremes lose (the whole pool to one cache: +30.0% P99)."),
+     "The whole EMB+KV footprint of the analysed node's traffic fits one pool: a split that "
+     "gives each cache its footprint (r in [0.20, 0.70]) serves every hit, and outside it the "
+     "caches compete (the whole pool to one cache: +30.0% P99)."),
     (f(fits=True, spread=0.01),
-     "The whole EMB+KV footprint of the planned traffic fits one pool, so the caches do not "
-     "compete: any split that gives each cache its footprint serves every hit."),
+     "The whole EMB+KV footprint of the planned traffic fits one pool: a split that gives each "
+     "cache its footprint serves every hit."),
     (f(fits=False, spread=0.015),
      "The EMB/KV split hardly matters here: even the whole pool to one cache stays within 2% of "
      "the best static P99 (1.5%)."),
