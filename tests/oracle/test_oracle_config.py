@@ -68,6 +68,8 @@ def test_defaults_and_edges_are_accepted():
         ({"warmup_windows": -1}, "warmup_windows must be an integer >= 0, got -1"),
         ({"flat_tol": -0.01}, "flat_tol must be in [0.0, 1.0], got -0.01"),
         ({"flat_tol": 1.01}, "flat_tol must be in [0.0, 1.0], got 1.01"),
+        ({"seed_points": (0.5, 1.5)}, "seed_points must be in [0.0, 1.0], got 1.5"),
+        ({"seed_points": (-0.01,)}, "seed_points must be in [0.0, 1.0], got -0.01"),
     ],
 )
 def test_each_bad_value_names_its_field(kw, message):

@@ -350,3 +350,17 @@ def test_a_validation_grid_replaces_the_bracket():
     objective, calls = _counting(_bowl)
     search(objective, OracleConfig(grid_step=0.1), 0, grid=False, prev_r=0.3)
     assert sorted(calls) == [round(0.1 * k, 9) for k in range(11)]  # no coarse grid, no edges
+
+
+def test_seed_points_join_every_search_s_first_points():
+    # the bracketing start (0.4, 0.5, 0.6 without a previous r*), the grid and edges, and
+    # best static's start (0, 0.38, 0.62, 1) each gain the seed point 0.01
+    from helm_plan.oracle.static import static_start
+
+    o = OracleConfig(seed_points=(0.01,))
+    assert start_points(o, False, None) == [0.01, 0.4, 0.5, 0.6]
+    assert 0.01 in first_points(o) and 0.01 not in first_points(OracleConfig())
+    assert static_start(o) == [0.0, 0.01, 0.38, 0.62, 1.0]
+    assert static_start(OracleConfig()) == [0.0, 0.38, 0.62, 1.0]
+    assert start_points(OracleConfig(grid_step=0.5, seed_points=(0.01,)), False, None) == [
+        0.0, 0.01, 0.5, 1.0]  # fmt: skip
