@@ -6,10 +6,11 @@ call of :func:`meets`.
 ``best-static`` asks a different question here than in ``cluster``: not
 "which r has the lowest P99" but "**is there** one fleet-wide static r that
 meets the SLO", which is what sizing needs (an operator deploys any split
-that meets it). The r are tried nearest the caller's hint first (the r that
-passed at a neighbouring size or load) and the first that passes answers,
-so a passing size usually costs one simulation. A size fails only after the
-whole search :func:`~helm_plan.cluster.policies.fleet_best_static` runs failed
+that meets it). The caller's hint (the r that passed at a neighbouring size
+or load) is tried first, then the search's points nearest it, and the first
+that passes answers, so a passing size usually costs one simulation. A size
+fails only after the hint and the whole search
+:func:`~helm_plan.cluster.policies.fleet_best_static` runs failed
 (:func:`~helm_plan.oracle.search.static_search`: the oracle's coarse grid and
 edge points, then its bracketing search from the lowest P99 down to the
 ``ratio_step`` lattice where a side is not flat).
@@ -93,6 +94,11 @@ def meets(
                 raise _Passed(tried[r])
 
     try:
+        # the hint first, on the grid or not: a split that passed at the neighbouring size
+        # usually passes here, and off the grid (r = 0.01 below a cliff) the search would
+        # otherwise simulate every grid point before its bracket comes back to it
+        if math.isfinite(hint) and 0.0 <= hint <= 1.0:
+            attempt([round(float(hint), 9)])
         static_search(attempt, evals, oracle)
     except _Passed as p:
         found = p.evaluation

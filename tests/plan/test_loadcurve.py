@@ -367,10 +367,32 @@ def test_best_static_tries_nearest_the_hint_and_stops_at_the_first_pass(monkeypa
     np.testing.assert_array_equal(ev.sojourn_s, [0.005])
     np.testing.assert_array_equal(ev.window_idx, [3])  # the third simulation's
     tried.clear()
+    table[0.9] = (12, 0.9)
     ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.99, hint=0.9)
-    # the edge point 0.98 is nearer 0.9 than 1.0 is
-    assert tried == ["static:0.98"] and ev.ratio == 0.98 and ev.simulations == 1
+    # the hint first (off the grid, failing), then the edge point 0.98, nearer 0.9 than 1.0
+    assert tried == ["static:0.9", "static:0.98"] and ev.ratio == 0.98
+    assert ev.simulations == 2
 
+
+def test_a_passing_hint_below_a_cliff_is_one_simulation(monkeypatch):
+    # the cliff below: only r = 0.01 passes, off the grid. Hinted (it passed at the
+    # neighbouring size), it answers at once; without the hint first, nine simulations
+    # (the cliff test's FIRST, then 0.11 and 0.01). A hint outside [0, 1] is not simulated.
+    tried = _fake_points(monkeypatch, CLIFF)
+    ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.99, hint=0.01)
+    assert tried == ["static:0.01"] and ev.passes and ev.ratio == 0.01
+    assert ev.simulations == 1 and ev.p99_ms == 9
+    tried.clear()
+    ev = evaluate.meets(CTX, CCFG, "best-static", ORACLE, 0.99, hint=-1.0)
+    # the first points nearest -1, then the bracket's probes 0.01 (passes) before 0.11
+    assert tried == ["static:0", "static:0.02", "static:0.25", "static:0.5", "static:0.75",
+                     "static:0.98", "static:1", "static:0.01"]  # fmt: skip
+    assert ev.ratio == 0.01 and ev.simulations == 8
+
+
+# P99(r) with a cliff: a plateau (18-30 ms) from 0.02 up and only r = 0.01 within the SLO
+CLIFF = {0.0: (50, 0.5), 0.02: (19, 0.9), 0.25: (21, 0.9), 0.5: (30, 0.7), 0.75: (20, 0.8),
+         0.98: (40, 0.6), 1.0: (float("nan"), 0.0), 0.11: (18.5, 0.9), 0.01: (9, 0.995)}  # fmt: skip
 
 # the first points on the 0.25 grid, nearest the hint 0.5 first: 0.02 and 0.98 (edge points)
 # tie at 0.48 and 0 and 1 at 0.5, lower r first
@@ -386,8 +408,7 @@ def test_best_static_finds_the_pass_below_a_cliff(monkeypatch):
     # Bracketing from 0.02: its neighbour 0 is not within flat_tol, so a golden step into
     # [0, 0.02] probes snap(0.02 - 0.382 * 0.02) = 0.01; 0.25 is 11% above the best, so
     # [0.02, 0.25] gets snap(0.02 + 0.382 * 0.23) = 0.11 beside it (0.11 first: nearer 0.5).
-    table = {0.0: (50, 0.5), 0.02: (19, 0.9), 0.25: (21, 0.9), 0.5: (30, 0.7), 0.75: (20, 0.8),
-             0.98: (40, 0.6), 1.0: (float("nan"), 0.0), 0.11: (18.5, 0.9), 0.01: (9, 0.995)}  # fmt: skip
+    table = dict(CLIFF)
     brute = [r / 100 for r in range(101) if table.get(r / 100, (99, 0))[0] <= SLO]
     assert brute == [0.01]
     tried = _fake_points(monkeypatch, table)
@@ -438,12 +459,13 @@ def test_a_nan_p99_tried_first_still_ranks_last(monkeypatch):
 def test_the_bracket_probes_both_sides_nearest_the_hint_first(monkeypatch):
     # step 0.4: first points 0, 0.02, 0.4, 0.8, 0.98, 1 (tried nearest the hint 0.95); the
     # lowest P99 at 0.8 with neither neighbour flat: golden steps snap(0.8 - 0.382 * 0.4) = 0.65
-    # and snap(0.8 + 0.382 * 0.18) = 0.87, simulated 0.87 first (nearer 0.95); 0.65 passes
+    # and, the hint 0.95 (simulated first, failing) being 0.8's right neighbour now,
+    # snap(0.8 + 0.382 * 0.15) = 0.86, simulated first (nearer 0.95); 0.65 passes
     orc = OracleConfig(coarse_step=0.4)
     table = {0.0: (50, 0.5), 0.02: (45, 0.5), 0.4: (40, 0.5), 0.8: (20, 0.5), 0.98: (30, 0.5),
-             1.0: (30, 0.5), 0.87: (25, 0.5), 0.65: (9, 1.0)}  # fmt: skip
+             1.0: (30, 0.5), 0.86: (25, 0.5), 0.65: (9, 1.0), 0.95: (35, 0.5)}  # fmt: skip
     tried = _fake_points(monkeypatch, table, orc)
     ev = evaluate.meets(CTX, CCFG, "best-static", orc, 0.9, hint=0.95)
-    assert tried == ["static:0.98", "static:1", "static:0.8", "static:0.4", "static:0.02",
-                     "static:0", "static:0.87", "static:0.65"]  # fmt: skip
-    assert ev.passes and ev.ratio == 0.65 and ev.simulations == 8
+    assert tried == ["static:0.95", "static:0.98", "static:1", "static:0.8", "static:0.4",
+                     "static:0.02", "static:0", "static:0.86", "static:0.65"]  # fmt: skip
+    assert ev.passes and ev.ratio == 0.65 and ev.simulations == 9
