@@ -70,8 +70,9 @@ def test_flat_small_pool_is_flat(tmp_path):
 @pytest.mark.parametrize(("name", "check"), [("detectability", "gain"), ("flat", "flat")])
 def test_scenario_defaults_with_analyze_defaults(tmp_path, name, check):
     """Hours on 2 cores: the scenario's default trace contests the a100-80g pool of gr-small
-    (detectability, measured with the plan narrowed to a100-80g, best static and jsq, which
-    plans the same node: 32.1% [22.7, 38.9])."""
+    (detectability, measured 2026-12-06 with no flags but --workers 2: 32.1% [22.7, 38.9],
+    2 h on 2 cores; flat with the plan narrowed to a100-80g, best static and jsq, which plans
+    the same node: 0.0%)."""
     from helm_plan_cli.main import app
     from typer.testing import CliRunner
 
