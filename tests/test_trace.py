@@ -83,6 +83,34 @@ def test_validate_file_streams_the_same_rules_across_batches(tmp_path: Path):
         trace.validate_file(p)
 
 
+def test_validate_file_holds_one_64k_row_batch_at_a_time(tmp_path: Path):
+    # analyze validates the file again in its inspect stage beside the loaded trace: a batch
+    # of 2^20 rows (the old default) held the whole 1.24M-request trace's lists at once and
+    # was the run's peak. Arrow's own pool peak, in a fresh process, against the decoded file.
+    import subprocess
+    import sys
+
+    n = 600_000  # several batches: a row group's pages are decoded whole either way
+    rng = np.random.default_rng(0)
+    lens = rng.integers(0, 40, n)
+    items = pa.ListArray.from_arrays(np.concatenate([[0], np.cumsum(lens)]).astype(np.int32),
+                                     pa.array(rng.integers(0, 10**6, int(lens.sum()))))  # fmt: skip
+    t = pa.table({"ts_s": np.sort(rng.random(n)) * 100.0, "user_id": rng.integers(0, 5000, n),
+                  "new_items": items, "n_candidates": np.zeros(n, np.int32)})  # fmt: skip
+    p = tmp_path / "t.parquet"
+    pq.write_table(t, p)
+    code = (
+        "import pyarrow as pa, sys; from helm_plan import trace; "
+        f"assert trace.validate_file(sys.argv[1]).rows == {n}; "
+        "print(pa.default_memory_pool().max_memory())"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    peak = int(out.stdout.split()[-1])
+    # 64k rows: 0.44 of the decoded table; 2^20 (one batch of it all): 2.09
+    assert peak < t.nbytes, (peak, t.nbytes)
+
+
 def test_read_of_many_row_groups_equals_the_whole_file_read(tmp_path: Path):
     # read joins row groups as chunks (no whole-column join): the same rows, types and order,
     # a column subset too, and a bad row still named by its row in the file
