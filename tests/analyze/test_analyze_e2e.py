@@ -147,6 +147,25 @@ def test_rerun_reuses_every_stage_and_report_rebuilds_identically(run):
     assert res.report_path.read_bytes() == before
 
 
+def test_stored_curves_are_the_curves_without_the_worst_case(run):
+    # analyze's default skips the no-KV-cache pass (its longest stream); the two curves it keeps
+    # are compute_curves' own on the same node, and the report says the third was not measured
+    from helm_plan.cache.curves import CurvesConfig, compute_curves
+    from helm_plan.pool import Pool
+    from helm_plan.report.store import read_store
+
+    tp, res = run
+    ctx = load_context(tp, gpu="a100-80g", model="gr-small", pool_fraction=0.3, seed=3)
+    cfg = CurvesConfig(window_s=5.0, n_points=11, seed=3, worst_case=False)
+    want = compute_curves(ctx.workload, ctx.gpu, ctx.model, Pool(ctx.pool_bytes, "t"), cfg)
+    got = read_store(res.store_path).table("curves")
+    assert set(got["kind"]) == {"emb", "kv"}
+    cols = ["kind", "window", "capacity_bytes", "hit_rate", "n_accesses"]
+    assert got.select(cols).sort(cols[:3]).equals(want.table.select(cols).sort(cols[:3]))
+    html = res.report_path.read_text()
+    assert "was not measured" in html and "whole trace, no KV cache" not in html
+
+
 def test_policies_equal_the_brute_force_node(tmp_path):
     """Every policy row of a tiny analyze run against tests/brute.py (no helm_plan simulation)."""
     from brute import BruteNodeConfig, simulate

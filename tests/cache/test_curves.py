@@ -11,6 +11,7 @@ error texts, ``capacity_grid`` on hand-picked footprints, the knee of hand-made 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -461,7 +462,7 @@ def test_write_metadata_and_read_checks(tmp_path):
         "footprint": {"n_keys": 1, "emb_bytes": 1, "kv_tokens": 2, "kv_bytes": 32},
         "config": {
             "window_s": 1.0, "ratio": 0.25, "n_points": 3, "sample_rate": 1.0,
-            "sample_size": None, "shards_adjust": True, "seed": 0,
+            "sample_size": None, "shards_adjust": True, "seed": 0, "worst_case": True,
         },
         "knees": json.loads(json.dumps(cv.knees.to_dicts())),
     }  # fmt: skip
@@ -492,3 +493,17 @@ def test_write_metadata_and_read_checks(tmp_path):
         C.read_table(part)
     assert str(e.value) == f"{part} is not a curves file: column 'kind' missing"
     assert e.value.hint == "pass a curves file from `helm-plan profile`"
+
+
+def test_without_the_worst_case_the_other_curves_are_the_same_rows():
+    # analyze skips the emb_kv0 pass by default: emb and kv must not move, and the missing
+    # curve is an error, not an empty frame a caller would plot as "no hits"
+    a = _tiny_arrays()
+    full = C.compute_curves(a, GPU, M1, POOL, CFG)
+    lean = C.compute_curves(a, GPU, M1, POOL, dataclasses.replace(CFG, worst_case=False))
+    assert set(full.table["kind"]) == {"emb", "emb_kv0", "kv"}
+    assert set(lean.table["kind"]) == {"emb", "kv"}
+    assert lean.table.equals(full.table.filter(pl.col("kind") != "emb_kv0"))
+    assert lean.knees.equals(full.knees.filter(pl.col("kind") != "emb_kv0"))
+    with pytest.raises(ConfigError, match="emb_kv0 curve was not measured"):
+        lean.curve("emb_kv0")

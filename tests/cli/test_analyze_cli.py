@@ -7,7 +7,8 @@ import tomli_w
 from helm_plan_cli.main import app
 from typer.testing import CliRunner
 
-from helm_plan.analyze import DEMO_POOL_FRACTION, build_config, demo_plan
+from helm_plan.analyze import DEMO_POOL_FRACTION, AnalyzeConfig, build_config, demo_plan
+from helm_plan.cache.curves import CurvesConfig
 from helm_plan.errors import ConfigError
 
 runner = CliRunner()
@@ -61,6 +62,13 @@ def test_flags_override_plan_which_overrides_defaults():
         build_config({}, {"slo_ms": -1.0})
     d = demo_plan({"oracle": {"trials": 3}})
     assert d["analyze"]["pool_fraction"] == DEMO_POOL_FRACTION and d["oracle"]["trials"] == 3
+    # the no-KV-cache curve: off unless asked, in every path to the config; the demo asks
+    assert not AnalyzeConfig().curves.worst_case and not build_config().curves.worst_case
+    assert not build_config({"curves": {"n_points": 5}}).curves.worst_case
+    assert build_config({"curves": {"worst_case": True}}).curves.worst_case
+    assert build_config(demo_plan()).curves.worst_case
+    assert not build_config(demo_plan({"curves": {"worst_case": False}})).curves.worst_case
+    assert CurvesConfig().worst_case  # the library and `profile` measure all three
 
 
 def test_demo_and_trace_together_is_an_error(small_trace):

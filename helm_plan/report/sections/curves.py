@@ -86,11 +86,19 @@ def render(run: RunData, page: Page) -> str:
         if not run.table(CURVE_KNEES).is_empty()
         else []
     )
+    curves = run.table(CURVES)
+    worst = not curves.is_empty() and (curves["kind"] == "emb_kv0").any()
+    worst_text = (
+        "<em>no KV cache</em> is the worst case where every request recomputes its whole history."
+        if worst
+        else "the worst case with no KV cache (every request recomputes its whole history) was "
+        "not measured: its lookup stream is the longest by far; <code>[curves] worst_case = "
+        "true</code> in a plan file adds it."
+    )
     return (
         '<p class="lead">Hit rate of each cache alone against its size (exact LRU stack '
         "distances). The knee is where extra bytes stop paying. The EMB stream depends on KV "
-        "misses: <em>whole trace</em> fixes the KV share at the curves' ratio, <em>no KV cache</em> "
-        "is the worst case where every request recomputes its whole history."
+        f"misses: <em>whole trace</em> fixes the KV share at the curves' ratio, {worst_text}"
         "</p>"
         + table(
             knees,
