@@ -109,6 +109,16 @@ def _ok(x: float | None) -> bool:
     return x is not None and math.isfinite(x)
 
 
+def _band(b: tuple[float, float]) -> str:
+    """A band of r: two decimals on the 0.01 lattice, else three significant digits (the
+    footprint-fits band of ``flat`` is [0.0001, 0.015]; two decimals printed [0.00, 0.01])."""
+
+    def one(x: float) -> str:
+        return f"{x:.2f}" if abs(x - round(x, 2)) < 1e-9 else f"{x:.3g}"
+
+    return f"[{one(b[0])}, {one(b[1])}]"
+
+
 def fleet_sentence(f: Facts) -> str | None:
     """Rule 1."""
     if f.max_nodes is None:
@@ -150,7 +160,7 @@ def split_sentence(f: Facts) -> str | None:
     """Rule 3 (nothing when the fleet is overloaded: no split fixes that)."""
     if f.max_nodes is not None and f.nodes is None:
         return None
-    band = f" (r in [{f.band[0]:.2f}, {f.band[1]:.2f}])" if f.band else ""
+    band = f" (r in {_band(f.band)})" if f.band else ""
     ext = (f", and outside it the caches compete (the whole pool to one cache: "
            f"+{_pct(f.spread)} P99)" if _ok(f.spread) and f.spread > f.flat_tol else "")  # fmt: skip
     if f.fits and f.fits_said:
@@ -163,7 +173,7 @@ def split_sentence(f: Facts) -> str | None:
     if f.spread <= f.flat_tol:
         return ("The EMB/KV split hardly matters here: even the whole pool to one cache stays "
                 f"within {f.flat_tol:.0%} of the best static P99 ({_pct(f.spread)}).")  # fmt: skip
-    keep = f"; keep r within its flat band [{f.band[0]:.2f}, {f.band[1]:.2f}]" if f.band else ""
+    keep = f"; keep r within its flat band {_band(f.band)}" if f.band else ""
     who = "one cache"
     if f.extremes and all(_ok(x) for x in f.extremes):
         emb, kv = f.extremes
@@ -195,7 +205,7 @@ def recommend_sentence(f: Facts) -> str | None:
         return None
     if not (_ok(f.ratio) and _ok(f.robust_ratio)):
         return None
-    band = f" (band [{f.band[0]:.2f}, {f.band[1]:.2f}])" if f.band else ""
+    band = f" (band {_band(f.band)})" if f.band else ""
     sized = ""
     if _ok(f.fleet_ratio) and abs(f.fleet_ratio - f.robust_ratio) >= 0.005:
         sized = (f" The fleet was sized with r = {f.fleet_ratio:.2f}, the first split found to "

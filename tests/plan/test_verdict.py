@@ -69,6 +69,10 @@ SPLIT = [
      "The whole EMB+KV footprint of the analysed node's traffic fits one pool: a split that "
      "gives each cache its footprint (r in [0.20, 0.70]) serves every hit, and outside it the "
      "caches compete (the whole pool to one cache: +30.0% P99)."),
+    # a band off the 0.01 lattice keeps its digits (flat's: two decimals said [0.00, 0.01])
+    (f(fits=True, band=(0.0001, 0.015), spread=0.0),
+     "The whole EMB+KV footprint of the planned traffic fits one pool: a split that gives each "
+     "cache its footprint (r in [0.0001, 0.015]) serves every hit."),
     (f(fits=True, spread=0.01),
      "The whole EMB+KV footprint of the planned traffic fits one pool: a split that gives each "
      "cache its footprint serves every hit."),
