@@ -159,3 +159,22 @@ def test_figure_labels_read_the_runs_tolerance():
         tables=base.tables, meta={k: v for k, v in base.meta.items() if k != "flat_tol"}
     )
     assert tol_text(legacy) == "2%"  # a store from before meta['flat_tol']: the oracle's default
+
+
+def test_window_edges_are_the_shapes_add_vline_draws():
+    # the arrival chart sets its window edges in one assignment (add_vline per edge was
+    # quadratic: 33 s of a 400-window report); the same shapes as plotly's own add_vline
+    import plotly.graph_objects as go
+
+    from helm_plan.report.sections.workload import _add_window_edges
+
+    run = make_run(n_windows=9)
+    fig = go.Figure()
+    fig.add_hline(y=1.0)  # a shape already there stays first
+    _add_window_edges(fig, run)
+    ref = go.Figure()
+    ref.add_hline(y=1.0)
+    for t in run.table("labels")["t_start_s"].to_list()[1:]:
+        ref.add_vline(x=t, line={"color": "#b8c2cc", "width": 1, "dash": "dot"})
+    assert len(fig.layout.shapes) == 9  # the hline and 8 edges
+    assert fig.to_plotly_json()["layout"] == ref.to_plotly_json()["layout"]

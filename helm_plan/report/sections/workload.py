@@ -53,8 +53,12 @@ def _add_window_edges(fig: go.Figure, run: RunData) -> None:
     win = run.table(LABELS)
     if win.is_empty():
         return
-    for t in win["t_start_s"].to_list()[1:]:
-        fig.add_vline(x=t, line={"color": "#b8c2cc", "width": 1, "dash": "dot"})
+    # the shapes add_vline makes, set in one assignment: add_vline re-validates every shape
+    # already there, so 400 windows (a 1.24M-request trace) took 33 of the report's 36 s
+    line = {"color": "#b8c2cc", "width": 1, "dash": "dot"}
+    edges = [{"type": "line", "x0": t, "x1": t, "xref": "x", "y0": 0, "y1": 1,
+              "yref": "y domain", "line": line} for t in win["t_start_s"].to_list()[1:]]  # fmt: skip
+    fig.update_layout(shapes=[*fig.layout.shapes, *edges])
 
 
 def history_lengths(run: RunData) -> go.Figure | None:
