@@ -165,9 +165,10 @@ node badly near saturation (a 1.2M-request mixed trace at rho~0.9: the oracle sc
 48% worse than the best static split with ``window`` labels, 0.7% worse with ``carry``)."""
 CURVES_DEFAULTS: dict[str, Any] = {"worst_case": False}
 """analyze measures the no-KV-cache (``emb_kv0``) curve only when asked (``[curves] worst_case =
-true``; the demo asks): on the 1.24M-request mixed trace of ``bench_analyze.py`` its pass alone
-held the run for ~11 of its 18 minutes after the oracle and policies had finished, for a
-reference line of the Cache curves section."""
+true``; the demo asks), for a reference line of the Cache curves section: its stream was 4.1x
+the ``emb`` curve's lookups and 125 of the curves' 150 s on a 310k-request mixed trace, and on
+the 1.24M-request one of ``bench_analyze.py`` its pass alone held the run ~11 of its 18 minutes
+after the oracle and policies had finished."""
 _DEFAULTS = {"oracle": ORACLE_DEFAULTS, "curves": CURVES_DEFAULTS}
 _OWNED = {"node": ("slo_ms", "window_s"), "oracle": ("seed",), "curves": ("window_s", "seed")}
 

@@ -109,10 +109,9 @@ class CurvesConfig:
     seed: int = 0
     """Seed of the SHARDS id hash."""
     worst_case: bool = True
-    """Measure the ``emb_kv0`` curve (no KV cache: every request looks up its whole context).
-    Its lookup stream is the longest of the three: 4.1x the ``emb`` stream's lookups and 84 %
-    of the curves' time on a 310k-request mixed trace (125 of 150 s), so ``analyze`` measures
-    it only when asked (``[curves] worst_case = true``; its demo does)."""
+    """Measure the ``emb_kv0`` curve (no KV cache: every request looks up its whole context),
+    the longest of the three streams (``analyze`` leaves it out unless asked: its
+    ``CURVES_DEFAULTS`` says why)."""
 
     def __post_init__(self) -> None:
         require_positive("window_s", self.window_s)
