@@ -93,17 +93,26 @@ def _combos(shared, item: tuple[int, str, tuple[str, ...]]) -> list[Combo]:
 
     The routers are searched in turn, each from the last one's answer (the router rarely
     moves N by more than one, so a search then costs its two confirming simulations).
+    A fleet of one node is the same fleet behind every router (each sends every request
+    to it: tests/cluster/test_cluster_routers.py checks every registered router), so its
+    evaluation is made once per first r tried and shared by the routers that ask again.
     """
     ctxs, ncfg, cfg, starts, starts_r = shared
     gi, spec, routers = item
     out = []
     start, ratio = starts[(gi, spec)], starts_r.get((gi, spec), 0.5)
+    one_node: dict[float, tuple[Point, tuple[np.ndarray, np.ndarray, float]]] = {}
     for router in routers:
         counts: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
         hint = [ratio]
 
         def evaluate(n: int, router: str = router, counts=counts, hint=hint) -> Point:
-            pt, counts[n] = evaluate_size(ctxs[gi], ncfg, cfg, spec, router, n, hint[0])
+            if n == 1 and hint[0] in one_node:
+                pt, counts[n] = one_node[hint[0]]
+            else:
+                pt, counts[n] = evaluate_size(ctxs[gi], ncfg, cfg, spec, router, n, hint[0])
+                if n == 1:
+                    one_node[hint[0]] = (pt, counts[n])
             if pt.passes and pt.ratio == pt.ratio:
                 hint[0] = pt.ratio  # the next size tries the r that just passed first
             return pt

@@ -166,6 +166,23 @@ def test_routers_cannot_see_the_future(router):
         assert not np.array_equal(a.node[k : k + 200], b.node[k : k + 200])
 
 
+@pytest.mark.parametrize("router", sorted(set(ROUTERS) - {"round-robin"}))
+def test_a_one_node_fleet_is_served_alike_behind_every_router(router):
+    # plan shares a one-node fleet's evaluations between routers (plan.run._combos): no
+    # router may change how its one node serves (state, draws, prefetch or batching)
+    table = small_table(1500, n_users=60, n_items=300, n_candidates=6, rate_qps=900.0, seed=6)
+    ctx = context(table, small_model(layers=1, d_model=8, max_seq_len=64), 30_000)
+    node = NodeConfig(window_s=0.4, batch_max=4, batch_timeout_ms=2.0)
+    for policy in (0.3, np.linspace(0.0, 1.0, ctx.n_windows(node.window_s))):
+        want = simulate_cluster(ctx, policy, ClusterConfig(nodes=1, router="round-robin",
+                                                           node=node, seed=2))  # fmt: skip
+        got = simulate_cluster(ctx, policy, ClusterConfig(nodes=1, router=router, node=node,
+                                                          seed=2))  # fmt: skip
+        assert want.sojourn_s.max() > 3 * want.sojourn_s.min()  # requests queue: routers read load
+        for f in ("sojourn_s", "n_computed", "miss_bytes", "batch_size"):
+            np.testing.assert_array_equal(getattr(got, f), getattr(want, f))
+
+
 def test_unknown_router_and_bad_node_count():
     with pytest.raises(ConfigError, match="unknown router 'fastest'"):
         get_router("fastest")

@@ -179,6 +179,36 @@ def test_routers_start_from_the_last_routers_answer(meets_calls):
         ("jsq", 3, 0.75), ("jsq", 4, 0.75), ("helm", 4, 0.4), ("helm", 3, 0.4)]  # fmt: skip
 
 
+def test_a_one_node_fleet_is_evaluated_once_for_all_routers(monkeypatch):
+    # every size from 2 passes; each router's search confirms N = 2 with N - 1 = 1, which is
+    # the same fleet behind every router: simulated once per hint, shared by the others
+    seen = []
+
+    def meets(ctx, ccfg, spec, oracle, attainment, hint=0.5):
+        seen.append((ccfg.router, ccfg.nodes, hint))
+        n = ccfg.nodes
+        return SimpleNamespace(passes=n >= 2, p99_ms=40.0 / n, slo_attainment=0.5 * n,
+                               sojourn_s=np.array([0.01 * n]), window_idx=np.array([n]),
+                               ratio=0.2 if n >= 2 else 0.1)  # fmt: skip
+
+    monkeypatch.setattr(evaluate, "meets", meets)
+    ctxs, ncfg, cfg, starts, _ = _shared()
+    starts = {(1, "best-static"): 2}
+    shared = (ctxs, ncfg, cfg, starts, {(1, "best-static"): 0.2})
+    got = run._combos(shared, (1, "best-static", ("jsq", "helm", "affinity")))
+    assert seen == [("jsq", 2, 0.2), ("jsq", 1, 0.2), ("helm", 2, 0.2), ("affinity", 2, 0.2)]
+    first = got[0]
+    for c in got:  # every router's search saw N - 1 = 1 fail with the one evaluation's figures
+        assert c.search.nodes == 2
+        assert c.search.at[1] == first.search.at[1] == Point(1, False, 40.0, 0.5, 0.1)
+        assert [a.tolist() for a in c.counts[1][:2]] == [[0, 1, 0, 0], [0, 1, 0, 0]]
+    # a different first r is another best-static search: evaluated again
+    seen.clear()
+    run._combos((ctxs, ncfg, cfg, {(1, "best-static"): 1}, {(1, "best-static"): 0.7}),
+                (1, "best-static", ("jsq", "helm")))  # fmt: skip
+    assert seen == [("jsq", 1, 0.7), ("jsq", 2, 0.7), ("helm", 2, 0.2), ("helm", 1, 0.2)]
+
+
 # ---- plan ------------------------------------------------------------------------------------
 
 
