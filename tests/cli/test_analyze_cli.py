@@ -7,7 +7,13 @@ import tomli_w
 from helm_plan_cli.main import app
 from typer.testing import CliRunner
 
-from helm_plan.analyze import DEMO_POOL_FRACTION, AnalyzeConfig, build_config, demo_plan
+from helm_plan.analyze import (
+    DEMO_POOL_FRACTION,
+    DEMO_WORKERS,
+    AnalyzeConfig,
+    build_config,
+    demo_plan,
+)
 from helm_plan.cache.curves import CurvesConfig
 from helm_plan.errors import ConfigError
 
@@ -62,6 +68,10 @@ def test_flags_override_plan_which_overrides_defaults():
         build_config({}, {"slo_ms": -1.0})
     d = demo_plan({"oracle": {"trials": 3}})
     assert d["analyze"]["pool_fraction"] == DEMO_POOL_FRACTION and d["oracle"]["trials"] == 3
+    # the demo runs on the two cores it is sized for unless told otherwise
+    assert build_config(demo_plan()).workers == DEMO_WORKERS == 2 and AnalyzeConfig().workers == 1
+    assert build_config(demo_plan({"analyze": {"workers": 1}})).workers == 1
+    assert build_config(demo_plan(), {"workers": 3}).workers == 3
     # the no-KV-cache curve: off unless asked, in every path to the config; the demo asks
     assert not AnalyzeConfig().curves.worst_case and not build_config().curves.worst_case
     assert not build_config({"curves": {"n_points": 5}}).curves.worst_case
