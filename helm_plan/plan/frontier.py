@@ -9,10 +9,15 @@
 - **Headroom.** How much the planned traffic can grow before that fleet of
   ``N`` needs ``N + 1``: the largest growth ``g`` at which the traffic scaled
   by ``K·(1 + g)`` (the same traffic model and seed, so the grown trace holds
-  every planned request and more) still meets the SLO on ``N`` nodes. Found
-  by doubling from ``1/N`` (one node's worth) up to :data:`MAX_GROWTH`, then
-  ``steps`` bisections; reported as the bracket ``[g_lo, g_hi)`` (``g_lo``
-  passes, ``g_hi`` fails), or as ``>= MAX_GROWTH`` when even that passes.
+  every planned request and more) still meets the SLO on ``N`` nodes as
+  planned: the same router and policy, and ``best-static`` at the split the
+  plan chose at ``N`` (a static split is set once and not re-tuned as the
+  traffic grows; searching r again at every growth would credit the fleet with
+  an offline re-tuning nobody deploys, and cost a whole static search per
+  failing step, ~14 simulations instead of one). Found by doubling from ``1/N``
+  (one node's worth) up to :data:`MAX_GROWTH`, then ``steps`` bisections;
+  reported as the bracket ``[g_lo, g_hi)`` (``g_lo`` passes, ``g_hi`` fails),
+  or as ``>= MAX_GROWTH`` when even that passes.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import numpy as np
 import polars as pl
 
 from helm_plan.arrays import TraceArrays
-from helm_plan.plan.config import PlanConfig
+from helm_plan.plan.config import BASELINE_POLICY, PlanConfig
 from helm_plan.plan.dense import scale_arrays
 from helm_plan.plan.evaluate import evaluate_size
 from helm_plan.plan.gpus import GpuSetup
@@ -112,10 +117,12 @@ class Headroom:
 def headroom_task(
     shared: HeadroomSetup, item: tuple[GpuSetup, Pool, str, str, int, float]
 ) -> Headroom:
-    """Bracket and bisect the growth of one fleet (an executor task: one GPU kind)."""
+    """Bracket and bisect the growth of one fleet (an executor task: one GPU kind); ``hint``
+    is the r the plan chose at ``n`` (``best-static`` keeps it: see the module docstring)."""
     setup, pool, spec, router, n, hint = item
     s = shared
     sims = [0]
+    run_spec = f"static:{hint:g}" if spec == BASELINE_POLICY and 0.0 <= hint <= 1.0 else spec
 
     def passes(g: float) -> bool:
         k = s.factor * (1.0 + g)
@@ -126,7 +133,7 @@ def headroom_task(
         ctx = prepare_context(t, setup.gpu, s.model, setup.latency, pool=pool,
                               latency_profile=setup.latency_profile)  # fmt: skip
         sims[0] += 1
-        return evaluate_size(ctx, s.node, s.cfg, spec, router, n, hint)[0].passes
+        return evaluate_size(ctx, s.node, s.cfg, run_spec, router, n, hint)[0].passes
 
     lo, hi = 0.0, math.nan
     g = 1.0 / n

@@ -236,9 +236,16 @@ def _headroom_text(res: PlanResult, gpu: str) -> str:
     if h.is_empty():
         return ""
     r = h.row(0, named=True)
+    head = "; headroom"
+    if r["policy"] == BASELINE_POLICY:  # held at the split it was planned with (plan.frontier)
+        c = res.capacity.filter((pl.col("gpu") == gpu) & (pl.col("policy") == r["policy"])
+                                & (pl.col("router") == r["router"]))  # fmt: skip
+        ratio = c["best_static_r"][0] if c.height else None
+        if ratio is not None and ratio == ratio:
+            head += f" at r = {ratio:g}"
     if r["capped"]:
-        return f"; headroom: still holds at +{r['growth_lo']:.0%} traffic"
-    return (f"; headroom: +{r['growth_lo']:.0%} traffic before it needs one more node "
+        return f"{head}: still holds at +{r['growth_lo']:.0%} traffic"
+    return (f"{head}: +{r['growth_lo']:.0%} traffic before it needs one more node "
             f"(fails at +{r['growth_hi']:.0%})")  # fmt: skip
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from helm_plan.plan import result as R
 from helm_plan.plan.config import PlanConfig
-from helm_plan.plan.frontier import headroom_table
+from helm_plan.plan.frontier import Headroom, headroom_table
 from helm_plan.plan.loadcurve import LoadCurve
 from helm_plan.plan.result import Combo, PlanResult
 from helm_plan.plan.scale import Scaling
@@ -505,7 +505,7 @@ def test_savings_comparisons_need_their_reference():
 # ---- answer_sentences ------------------------------------------------------------------------
 
 
-def _res(capacity, gpus, savings, **cfg_kw):
+def _res(capacity, gpus, savings, room=(), **cfg_kw):
     cfg = _cfg(max_nodes=16, ci_level=0.9, attainment=0.99, slo_ms=7.5, **cfg_kw)
     scaling = Scaling("users", 2.5, 500.0, 1234.6, 900.0, 2000.0, 10, 25, 500, jitter_s=1.0)
     cap = pl.DataFrame(capacity, infer_schema_length=None)
@@ -520,7 +520,7 @@ def _res(capacity, gpus, savings, **cfg_kw):
         pl.DataFrame(),
         pl.DataFrame(),
         pl.DataFrame(),
-        headroom_table([], 0.0),
+        headroom_table(list(room), 2000.0),
         (),
     )
 
@@ -653,6 +653,24 @@ def test_answer_non_monotone_only_counts_planned_rows():
         HEAD,
         "Cheapest: 2 x g0 with emb-max behind jsq: $100/day, $0.123 per million requests " + CHEAP,
     ]
+
+
+def test_the_headroom_sentence_names_the_split_best_static_holds():
+    # best static's headroom keeps the split planned at N (plan.frontier): the sentence says so
+    cap = [{**_cap("g0", "best-static", "jsq", 2, 100.0, 1.0), "best_static_r": 0.15},
+           {**_cap("g1", "emb-max", "jsq", 2, 200.0, 1.0), "best_static_r": None}]  # fmt: skip
+    gpus = [{"gpu": "g0", "fits": False}, {"gpu": "g1", "fits": False}]
+    room = [Headroom("g0", "best-static", "jsq", 2, 0.25, 0.375, 3),
+            Headroom("g1", "emb-max", "jsq", 2, 1.0, math.nan, 1)]  # fmt: skip
+    cheap = "Cheapest: 2 x {} with {} behind jsq: ${}/day, $0.123 per million requests "
+    got = R.answer_sentences(_res(cap, gpus, [], room=room))
+    assert got[1] == (
+        cheap.format("g0", "best-static", 100) + CHEAP[:-1] + "; headroom at "
+        "r = 0.15: +25% traffic before it needs one more node (fails at +38%)."
+    )
+    got = R.answer_sentences(_res(cap[1:], gpus[1:], [], room=room))
+    assert got[1] == (cheap.format("g1", "emb-max", 200) + CHEAP[:-1]
+                      + "; headroom: still holds at +100% traffic.")  # fmt: skip
 
 
 # ---- plan_doc --------------------------------------------------------------------------------
