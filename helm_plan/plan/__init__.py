@@ -12,7 +12,7 @@ from __future__ import annotations
 from helm_plan.plan.config import PlanConfig
 from helm_plan.plan.dense import scale_arrays
 from helm_plan.plan.gpus import GpuSetup, default_policies, gpu_setups
-from helm_plan.plan.loadcurve import LoadCurve, LoadPoint, LoadSetup, load_curve
+from helm_plan.plan.loadcurve import LoadCurve, LoadPoint, LoadSetup, load_curve, load_curves
 from helm_plan.plan.result import PlanResult, plan_doc
 from helm_plan.plan.run import plan
 from helm_plan.plan.scale import ScaleBy, Scaling, factor_for, peak_qps, scale
@@ -36,6 +36,7 @@ __all__ = [
     "first_guess",
     "gpu_setups",
     "load_curve",
+    "load_curves",
     "minimal_nodes",
     "peak_qps",
     "plan",

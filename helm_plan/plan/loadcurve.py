@@ -11,6 +11,7 @@ point is an independent run mapped over the executor.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -163,52 +164,94 @@ def load_curve(
     (passing) load beyond ``factors``; ``refine_steps`` bisections (geometric
     midpoints) then narrow each policy's edge.
     """
-    require_range("attainment", setup.attainment, 0.0, 1.0)
-    for f in factors:
-        require_positive("load factor", f)
+    return load_curves([setup], policies, [factors], refine_steps=refine_steps,
+                       max_widen=max_widen, executor=executor, progress=progress)[0]  # fmt: skip
+
+
+def _point_of(shared: Sequence[LoadSetup], item: tuple) -> LoadPoint:
+    """:func:`run_point` on setup ``item[0]`` of ``shared`` (an executor task)."""
+    return run_point(shared[item[0]], item[1:])
+
+
+def load_curves(
+    setups: Sequence[LoadSetup],
+    policies: list[str],
+    factors: Sequence[list[float]],
+    *,
+    refine_steps: int = 6,
+    max_widen: int = 10,
+    executor: Executor | None = None,
+    progress: Progress | None = None,
+) -> list[LoadCurve]:
+    """:func:`load_curve` of every setup (``factors[i]`` for ``setups[i]``), each step of all of
+    them in one map: a best-static point that fails runs its whole static search (~14
+    simulations against one of another policy), so a step of one setup keeps one worker busy
+    while the others wait; with every GPU's points in one map they share the workers. Each
+    curve is the one :func:`load_curve` gives for its setup alone (a step's points depend on
+    that setup's earlier points only)."""
+    for setup in setups:
+        require_range("attainment", setup.attainment, 0.0, 1.0)
+    for fs in factors:
+        for f in fs:
+            require_positive("load factor", f)
     ex = executor or SerialExecutor()
-    n = setup.trace.n_requests
-    f_cap = setup.max_requests / n if setup.scale_by == "users" and n else MAX_FACTOR
-    f_cap = min(f_cap, MAX_FACTOR)
-    clamped = sorted({min(float(f), f_cap) for f in factors})
-    if len(clamped) < len(set(factors)):  # the cap swallowed points: spread them below it
-        clamped = sorted({*clamped, f_cap / 2, f_cap / 4})
-    factors = clamped
-    items = [(p, f) for p in policies for f in factors]
-    pts = ex.map(run_point, items, shared=setup, progress=progress,
-                 label=lambda it: f"load point {it[0]} x{it[1]:g}")  # fmt: skip
+    caps, starts = [], []
+    for setup, fs in zip(setups, factors, strict=True):
+        n = setup.trace.n_requests
+        f_cap = setup.max_requests / n if setup.scale_by == "users" and n else MAX_FACTOR
+        f_cap = min(f_cap, MAX_FACTOR)
+        clamped = sorted({min(float(f), f_cap) for f in fs})
+        if len(clamped) < len(set(fs)):  # the cap swallowed points: spread them below it
+            clamped = sorted({*clamped, f_cap / 2, f_cap / 4})
+        caps.append(f_cap)
+        starts.append(clamped)
+    items = [(k, p, f) for k, fs in enumerate(starts) for p in policies for f in fs]
+    got = ex.map(_point_of, items, shared=tuple(setups), progress=progress,
+                 label=lambda it: f"load point {it[1]} x{it[2]:g}")  # fmt: skip
+    pts: list[list[LoadPoint]] = [[] for _ in setups]
+    for it, x in zip(items, got, strict=True):
+        pts[it[0]].append(x)
     # widen until every policy has a passing and a failing load (doubling up / halving down),
-    # then bisect each edge, all policies in one batch per step
-    edges: dict[str, tuple[float, float]] = {}
-    capped: dict[str, bool] = {}
+    # then bisect each edge, all setups' policies in one batch per step
+    edges: list[dict[str, tuple[float, float]]] = [{} for _ in setups]
+    capped: list[dict[str, bool]] = [{} for _ in setups]
     for _ in range(max_widen):
         grow = []
-        for p in policies:
-            mine = [x for x in pts if x.policy == p]
-            ok = [x.factor for x in mine if x.passes]
-            bad = [x.factor for x in mine if not x.passes and (not ok or x.factor > max(ok))]
-            if ok and bad:
-                edges[p] = (max(ok), min(bad))
-            elif ok and max(ok) * 2.0 > f_cap and max(ok) < f_cap:
-                grow.append((p, f_cap, _hint(pts, p, max(ok))))  # the largest load allowed
-            elif ok and max(ok) >= f_cap:
-                capped[p] = True  # passing at the cap: max_qps is a lower bound
-            elif ok:
-                grow.append((p, max(ok) * 2.0, _hint(pts, p, max(ok))))
-            else:
-                grow.append((p, min(x.factor for x in mine) / 2.0))
+        for k, f_cap in enumerate(caps):
+            for p in policies:
+                mine = [x for x in pts[k] if x.policy == p]
+                ok = [x.factor for x in mine if x.passes]
+                bad = [x.factor for x in mine if not x.passes and (not ok or x.factor > max(ok))]
+                if ok and bad:
+                    edges[k][p] = (max(ok), min(bad))
+                elif ok and max(ok) * 2.0 > f_cap and max(ok) < f_cap:
+                    grow.append((k, p, f_cap, _hint(pts[k], p, max(ok))))  # the largest allowed
+                elif ok and max(ok) >= f_cap:
+                    capped[k][p] = True  # passing at the cap: max_qps is a lower bound
+                elif ok:
+                    grow.append((k, p, max(ok) * 2.0, _hint(pts[k], p, max(ok))))
+                else:
+                    grow.append((k, p, min(x.factor for x in mine) / 2.0))
         if not grow:
             break
-        pts += ex.map(run_point, grow, shared=setup)
+        for it, x in zip(grow, ex.map(_point_of, grow, shared=tuple(setups)), strict=True):
+            pts[it[0]].append(x)
     for _ in range(refine_steps):
-        batch = [(p, (lo * hi) ** 0.5, _hint(pts, p, lo)) for p, (lo, hi) in edges.items()]
+        batch = [(k, p, (lo * hi) ** 0.5, _hint(pts[k], p, lo))
+                 for k, e in enumerate(edges) for p, (lo, hi) in e.items()]  # fmt: skip
         if not batch:
             break
-        new = ex.map(run_point, batch, shared=setup)
-        pts += new
-        for x in new:
-            lo, hi = edges[x.policy]
-            edges[x.policy] = (x.factor, hi) if x.passes else (lo, x.factor)
+        for it, x in zip(batch, ex.map(_point_of, batch, shared=tuple(setups)), strict=True):
+            k = it[0]
+            pts[k].append(x)
+            lo, hi = edges[k][x.policy]
+            edges[k][x.policy] = (x.factor, hi) if x.passes else (lo, x.factor)
+    return [_curve(s, policies, p, c) for s, p, c in zip(setups, pts, capped, strict=True)]
+
+
+def _curve(setup: LoadSetup, policies: list[str], pts: list[LoadPoint],
+           capped: dict[str, bool]) -> LoadCurve:  # fmt: skip
+    """One setup's LoadCurve from its evaluated points."""
     df = pl.DataFrame([dataclasses.asdict(x) for x in pts]).sort(["policy", "factor"])
     max_qps: dict[str, float] = {}
     ratio_at: dict[str, float] = {}

@@ -36,7 +36,7 @@ from helm_plan.plan.dense import scale_arrays
 from helm_plan.plan.evaluate import evaluate_size
 from helm_plan.plan.frontier import HeadroomSetup, cheapest, frontier_sizes, headroom_task
 from helm_plan.plan.gpus import GpuSetup, default_policies, gpu_setups
-from helm_plan.plan.loadcurve import LoadSetup, load_curve, start_factor
+from helm_plan.plan.loadcurve import LoadSetup, load_curves, start_factor
 from helm_plan.plan.result import Combo, PlanResult, build_result
 from helm_plan.plan.scale import solve_factor
 from helm_plan.plan.search import Point, first_guess, minimal_nodes
@@ -164,18 +164,20 @@ def plan(
     # the workers' copy is the driver's too, from here on: the load points' setups and the
     # combos ship the shared arrays by reference (exec.blocks), and hold no second copy
     ctxs = ex.share(ctxs)
-    curves, starts, starts_r = [], {}, {}
-    for gi, (s, ctx) in enumerate(zip(setups, ctxs, strict=True)):
-        ls = LoadSetup(trace=ctx.arrays, gpu=s.gpu, model=model, latency=s.latency,
-                       latency_profile=s.latency_profile, pool_bytes=ctx.pool_bytes, node=ncfg,
-                       oracle=cfg.oracle, scale_by=cfg.scale_by, attainment=cfg.attainment,
-                       seed=cfg.seed, max_requests=cfg.load_max_requests)  # fmt: skip
-        f0 = start_factor(ls)
-        factors = [f0 / 2, f0, f0 * 2] if cfg.load_curve else [f0]
-        lc = load_curve(ls, list(policies), factors,
-                        refine_steps=cfg.load_refine_steps if cfg.load_curve else 2,
-                        executor=ex, progress=progress)  # fmt: skip
-        curves.append(lc)
+    lss = [LoadSetup(trace=ctx.arrays, gpu=s.gpu, model=model, latency=s.latency,
+                     latency_profile=s.latency_profile, pool_bytes=ctx.pool_bytes, node=ncfg,
+                     oracle=cfg.oracle, scale_by=cfg.scale_by, attainment=cfg.attainment,
+                     seed=cfg.seed, max_requests=cfg.load_max_requests)
+           for s, ctx in zip(setups, ctxs, strict=True)]  # fmt: skip
+    f0s = [start_factor(ls) for ls in lss]
+    # every GPU's load points in one map per step (a failing best-static point is ~14
+    # simulations: one GPU's step alone would leave the other workers waiting)
+    curves = load_curves(lss, list(policies),
+                         [[f0 / 2, f0, f0 * 2] if cfg.load_curve else [f0] for f0 in f0s],
+                         refine_steps=cfg.load_refine_steps if cfg.load_curve else 2,
+                         executor=ex, progress=progress)  # fmt: skip
+    starts, starts_r = {}, {}
+    for gi, lc in enumerate(curves):
         for p in policies:
             starts[(gi, p)] = min(first_guess(scaling.qps_after, lc.max_qps[p]), cfg.max_nodes)
             r_max = lc.ratio_at_max.get(p, math.nan)

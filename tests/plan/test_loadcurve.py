@@ -197,6 +197,52 @@ def test_base_qps_of_a_one_row_trace_is_nan(calls):
     assert lc.base_qps == pytest.approx(10.0)
 
 
+class _CountingExecutor:
+    """The serial executor's answers; counts its maps."""
+
+    def __init__(self):
+        self.maps = []
+
+    def map(self, fn, items, *, shared=None, progress=None, label=None):
+        self.maps.append(len(items))
+        return [fn(shared, it) for it in items]
+
+
+def test_several_setups_step_together_and_each_curve_is_its_own(monkeypatch):
+    # two GPUs' curves in one call: every step of both in one map, and each curve the one
+    # load_curve gives for its setup alone (a's edge differs per setup, b never passes on g1)
+    seen = []
+
+    def fake(shared, item):
+        spec, factor, *_ = item
+        g = shared.gpu
+        seen.append((g, spec, factor))
+        ok = factor <= {"g0": THRESH, "g1": {"a": 0.7, "b": -1.0, "c": math.inf}}[g][spec]
+        return LoadPoint(spec, factor, QPS_PER_FACTOR * factor, 1.0 if ok else 9.0,
+                         0.99 if ok else 0.5, ok, factor / 100)  # fmt: skip
+
+    monkeypatch.setattr(loadcurve, "run_point", fake)
+    s0, s1 = _stand_in(gpu="g0"), _stand_in(n=200, max_requests=800, gpu="g1")
+    args = (["a", "b", "c"],)
+    alone = []
+    for s, fs in ((s0, [1.0, 2.0]), (s1, [0.5, 3.0])):
+        ex = _CountingExecutor()
+        alone.append((load_curve(s, *args, fs, refine_steps=3, max_widen=4, executor=ex),
+                      ex.maps))  # fmt: skip
+    ex = _CountingExecutor()
+    seen.clear()
+    both = loadcurve.load_curves([s0, s1], *args, [[1.0, 2.0], [0.5, 3.0]], refine_steps=3,
+                                 max_widen=4, executor=ex)  # fmt: skip
+    for got, (want, _) in zip(both, alone, strict=True):
+        assert got.points.equals(want.points)
+        for f in ("max_qps", "capped", "base_qps", "ratio_at_max"):  # repr: NaN equals NaN
+            assert repr(getattr(got, f)) == repr(getattr(want, f)), f
+    # as many maps as the longer curve alone, each holding both setups' points of that step
+    assert len(ex.maps) == max(len(m) for _, m in alone)
+    assert sum(ex.maps) == sum(sum(m) for _, m in alone) == len(seen)
+    assert ex.maps[0] == 12 and {g for g, *_ in seen} == {"g0", "g1"}
+
+
 def test_bad_loads_and_attainment_are_refused(calls):
     with pytest.raises(ConfigError, match="^load factor must be positive, got 0.0"):
         load_curve(_stand_in(), ["a"], [1.0, 0.0])

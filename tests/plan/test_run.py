@@ -236,7 +236,7 @@ RATIO = {"best-static": 0.25, "kv-max": math.nan}
 
 @pytest.fixture
 def stubs(monkeypatch):
-    log = SimpleNamespace(calls=[], ls=[], lc=[], combos=[], built=None)
+    log = SimpleNamespace(calls=[], ls=[], lc=[], lc_calls=0, combos=[], built=None)
     model = SimpleNamespace(name="M", default_slo_ms=42.0)
 
     def rec(name, ret):
@@ -262,10 +262,15 @@ def stubs(monkeypatch):
         log.ls.append(ls)
         return {"g0": 4.0, "g1": 8.0, "auto": 1.0}[ls.gpu.name]
 
-    def load_curve(ls, policies, factors, *, refine_steps, executor, progress):
-        log.lc.append((ls, policies, factors, refine_steps, executor, progress))
-        return SimpleNamespace(max_qps={p: MAX_QPS[p] for p in policies},
-                               ratio_at_max={p: RATIO[p] for p in policies if p in RATIO})  # fmt: skip
+    def load_curves(lss, policies, factors, *, refine_steps, executor, progress):
+        log.lc_calls += 1  # every GPU's curve in one call (its steps share the workers)
+        out = []
+        for ls, fs in zip(lss, factors, strict=True):
+            log.lc.append((ls, policies, fs, refine_steps, executor, progress))
+            out.append(SimpleNamespace(max_qps={p: MAX_QPS[p] for p in policies},
+                                       ratio_at_max={p: RATIO[p] for p in policies
+                                                     if p in RATIO}))  # fmt: skip
+        return out
 
     def combos(shared, item):
         gi, p, routers = item
@@ -277,7 +282,7 @@ def stubs(monkeypatch):
         return "RESULT"
 
     monkeypatch.setattr(run, "start_factor", start_factor)
-    monkeypatch.setattr(run, "load_curve", load_curve)
+    monkeypatch.setattr(run, "load_curves", load_curves)
     monkeypatch.setattr(run, "_combos", combos)
     monkeypatch.setattr(run, "build_result", build_result)
     log.model = model
@@ -339,7 +344,7 @@ def test_plan_hands_every_step_its_arguments(stubs):
         ("g0", ["emb-max", "best-static"], [2.0, 4.0, 8.0], 3),
         ("g1", ["emb-max", "best-static"], [4.0, 8.0, 16.0], 3),
     ]
-    assert all(lc[4] is ex and lc[5] is prog for lc in stubs.lc)
+    assert all(lc[4] is ex and lc[5] is prog for lc in stubs.lc) and stubs.lc_calls == 1
     # the combos: every GPU x policy, each over the routers (deduplicated in order)
     (call,) = ex.calls
     assert call.items == [(g, p, ("helm", "jsq")) for g in (0, 1)
