@@ -29,6 +29,7 @@ from helm_plan.oracle import OracleConfig
 from helm_plan.oracle.search import Eval, rank_key, static_eval, static_search
 from helm_plan.plan.config import BASELINE_POLICY, PlanConfig
 from helm_plan.plan.search import Point
+from helm_plan.policies.specs.static import Static
 from helm_plan.sim.config import NodeConfig
 from helm_plan.sim.context import NodeContext
 
@@ -86,7 +87,7 @@ def meets(
         for r in sorted(rs, key=lambda r: (abs(r - hint), r)):
             if r in tried:
                 continue
-            ev = _one(ctx, ccfg, f"static:{r:g}", oracle, attainment)
+            ev = _one(ctx, ccfg, Static(r).spec, oracle, attainment)
             tried[r] = Evaluation(ev.passes, ev.p99_ms, ev.slo_attainment, ev.sojourn_s,
                                   ev.window_idx, r, len(tried) + 1)  # fmt: skip
             evals[r] = static_eval(ev.p99_ms, ev.slo_attainment)

@@ -36,6 +36,7 @@ from helm_plan.plan.evaluate import evaluate_size
 from helm_plan.plan.gpus import GpuSetup
 from helm_plan.plan.scale import MAX_FACTOR
 from helm_plan.plan.search import Point, cost
+from helm_plan.policies.specs.static import Static
 from helm_plan.pool import Pool
 from helm_plan.profiles import ModelProfile
 from helm_plan.sim import NodeConfig
@@ -122,7 +123,7 @@ def headroom_task(
     setup, pool, spec, router, n, hint = item
     s = shared
     sims = [0]
-    run_spec = f"static:{hint:g}" if spec == BASELINE_POLICY and 0.0 <= hint <= 1.0 else spec
+    run_spec = Static(hint).spec if spec == BASELINE_POLICY and 0.0 <= hint <= 1.0 else spec
 
     def passes(g: float) -> bool:
         k = s.factor * (1.0 + g)

@@ -195,7 +195,8 @@ def load_curves(
         for f in fs:
             require_positive("load factor", f)
     ex = executor or SerialExecutor()
-    caps, starts = [], []
+    shared = tuple(setups)  # published element by element: each setup reaches a worker once
+    caps, initial = [], []
     for setup, fs in zip(setups, factors, strict=True):
         n = setup.trace.n_requests
         f_cap = setup.max_requests / n if setup.scale_by == "users" and n else MAX_FACTOR
@@ -204,9 +205,9 @@ def load_curves(
         if len(clamped) < len(set(fs)):  # the cap swallowed points: spread them below it
             clamped = sorted({*clamped, f_cap / 2, f_cap / 4})
         caps.append(f_cap)
-        starts.append(clamped)
-    items = [(k, p, f) for k, fs in enumerate(starts) for p in policies for f in fs]
-    got = ex.map(_point_of, items, shared=tuple(setups), progress=progress,
+        initial.append(clamped)
+    items = [(k, p, f) for k, fs in enumerate(initial) for p in policies for f in fs]
+    got = ex.map(_point_of, items, shared=shared, progress=progress,
                  label=lambda it: f"load point {it[1]} x{it[2]:g}")  # fmt: skip
     pts: list[list[LoadPoint]] = [[] for _ in setups]
     for it, x in zip(items, got, strict=True):
@@ -234,14 +235,14 @@ def load_curves(
                     grow.append((k, p, min(x.factor for x in mine) / 2.0))
         if not grow:
             break
-        for it, x in zip(grow, ex.map(_point_of, grow, shared=tuple(setups)), strict=True):
+        for it, x in zip(grow, ex.map(_point_of, grow, shared=shared), strict=True):
             pts[it[0]].append(x)
     for _ in range(refine_steps):
         batch = [(k, p, (lo * hi) ** 0.5, _hint(pts[k], p, lo))
                  for k, e in enumerate(edges) for p, (lo, hi) in e.items()]  # fmt: skip
         if not batch:
             break
-        for it, x in zip(batch, ex.map(_point_of, batch, shared=tuple(setups)), strict=True):
+        for it, x in zip(batch, ex.map(_point_of, batch, shared=shared), strict=True):
             k = it[0]
             pts[k].append(x)
             lo, hi = edges[k][x.policy]
