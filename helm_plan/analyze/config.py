@@ -118,6 +118,9 @@ class AnalyzeConfig:
     spill_dir: str | None = None
     """Keep the trace's history tokens in an unlinked file in this folder instead of memory
     (4 bytes a token; the kernels drop their pages between windows). Never changes a result."""
+    precompile: bool = True
+    """On a cold numba cache, compile the later stages' kernels in a background process
+    while the first stages run (:mod:`helm_plan.analyze.warm`). Never changes a result."""
     node: NodeConfig = field(default_factory=NodeConfig)
     """Node simulator settings (plan section ``[node]``; :meth:`node_config` sets its SLO and
     window from here)."""

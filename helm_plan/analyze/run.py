@@ -38,6 +38,7 @@ import polars as pl
 from helm_plan import exec as executors
 from helm_plan import io, regimes, rundir, synth, trace
 from helm_plan._densify import release_memory
+from helm_plan.analyze import warm
 from helm_plan.analyze.config import AnalyzeConfig
 from helm_plan.analyze.operating import (
     capacity_inputs,
@@ -224,6 +225,12 @@ def _run_analyze(
     pf = progress_factory or _null_factory
     out = Path(out_dir)
     tpath = Path(trace_path)
+    with warm.ahead(tpath, cfg):  # on a cold numba cache: the later kernels, compiled meanwhile
+        return _stages(tpath, cfg, out, pf, command, executor)
+
+
+def _stages(tpath: Path, cfg: AnalyzeConfig, out: Path, pf: ProgressFactory, command: str,
+            executor: executors.Executor) -> AnalyzeResult:  # fmt: skip
     # validates the trace: a bad one fails before any work
     ctx = load_context(
         tpath, gpu=cfg.gpu, model=cfg.model, latency=cfg.latency,
@@ -242,11 +249,11 @@ def _run_analyze(
             "latency": asdict(lat_prof), "pool": ctx.pool_bytes, "seed": cfg.seed}  # fmt: skip
     record = {"trace": str(tpath), "command": command,
               "config": json.loads(json.dumps(asdict(cfg), default=str))}  # fmt: skip
+    slo_ms = resolve_slo_ms(ctx.model, cfg.slo_ms)
     with rundir.claim(out, sha, record):
         # the workers read this trace (the plan, inspect's tables): the driver keeps a view of
         # their copy instead of a second one
-        run = Run(cfg, tpath, executor, executor.share(ctx), resolve_slo_ms(ctx.model, cfg.slo_ms),
-                  base)  # fmt: skip
+        run = Run(cfg, tpath, executor, executor.share(ctx), slo_ms, base)
         stage = Runner(run, StageCache(out), pf)
         stage("inspect")
         n_requests = int(run.ctx.arrays.n_requests)

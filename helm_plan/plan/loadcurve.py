@@ -29,6 +29,10 @@ from helm_plan.plan.scale import MAX_FACTOR
 from helm_plan.profiles import GpuProfile, LatencyProfile, ModelProfile
 from helm_plan.sim import NodeConfig, prepare_context, simulate_node
 
+LOAD_CURVE_ROUTER = "round-robin"
+"""The router of the load curve's one-node fleets (with one node every router sends it every
+request; round-robin decides fastest)."""
+
 
 @dataclass(frozen=True)
 class LoadSetup:
@@ -101,7 +105,7 @@ def run_point(shared: LoadSetup, item: tuple[str, float] | tuple[str, float, flo
     spec, factor, *rest = item
     s = shared
     ctx, info = _context(s, factor)
-    cfg = ClusterConfig(nodes=1, router="round-robin", node=s.node, seed=s.seed)
+    cfg = ClusterConfig(nodes=1, router=LOAD_CURVE_ROUTER, node=s.node, seed=s.seed)
     ev = meets(ctx, cfg, spec, s.oracle, s.attainment, hint=rest[0] if rest else 0.5)
     return LoadPoint(spec, factor, info.qps_after, ev.p99_ms, ev.slo_attainment, ev.passes,
                      ev.ratio)  # fmt: skip
