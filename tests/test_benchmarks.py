@@ -134,6 +134,11 @@ CASES = {
         ("| figure | measured | peer (same run) | ratio | target |", "log:movielens/azure"),
         _datasets,
     ),
+    "bench_demo": Case(
+        "bench_demo",
+        "--cache kept --duration 10",
+        ("demo, compiling on first use:", "ratio (peer / ahead):", "summaries identical: True"),
+    ),
     "bench_exec": Case(
         "bench_exec",
         "--trials 1 --repeats 1 --duration-s 2",
