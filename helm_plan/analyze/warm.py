@@ -48,7 +48,9 @@ LEFT_TO_RUN = ("helm_plan.plan.dense.", "helm_plan.plan.routed.")
 """Modules whose kernels the run compiles itself: those that build the plan's scaled and
 routed traces (each under 0.5 s to compile; warming them would need the plan's own inputs)."""
 NICE = 10
-"""The background process's niceness above the run's."""
+"""The background process's niceness above the run's once the cluster kernels are compiled:
+the workers wait for those, and after them it takes only the cores the run leaves idle
+(while the plan's workers run, it would slow them as much as it gains)."""
 
 _running: list[Any] = []  # the process this process started, while it runs
 
@@ -89,9 +91,10 @@ def _head(trace_path: Path, cfg: AnalyzeConfig) -> Any:
     return pa.Table.from_batches([table.slice(0, keep)])
 
 
-def warm(trace_path: str, cfg: AnalyzeConfig) -> None:
+def warm(trace_path: str, cfg: AnalyzeConfig, nice: int = 0) -> None:
     """Run the stages' library calls on the head of the trace (the background process's
-    body; callable in-process, where it only costs the time).
+    body; callable in-process, where it only costs the time). ``nice``: added to this
+    process's niceness once the cluster kernels are compiled.
 
     The run compiles its first node replays itself meanwhile; after them come the cluster
     simulator (the workers' first fleets), then, once the plan is done, the curves beside
@@ -118,6 +121,8 @@ def warm(trace_path: str, cfg: AnalyzeConfig) -> None:
     if cfg.capacity:  # the workers' first fleets: the load curve's router and the plan's
         for router in dict.fromkeys((LOAD_CURVE_ROUTER, *cfg.routers)):
             run_point(ctx, ClusterConfig(nodes=2, router=router, node=node), "static:0.5", oracle)
+    if nice:
+        os.nice(nice)
     Controller.load(DEFAULT_PATH).step(np.zeros(N_FEATURES), None)
     labels = stage_oracle(ctx, node, oracle)
     stage_policies(ctx, node, oracle, labels, n_boot=10, confidence=cfg.confidence, seed=cfg.seed)
@@ -128,11 +133,8 @@ def _main(trace_path: str, cfg: AnalyzeConfig, parent: int) -> None:
     from helm_plan.exec.local import _init_worker
 
     _init_worker(parent)  # no Ctrl-C report, and gone when the run is
-    # below the run's own processes: it takes the cores they leave idle (while the driver
-    # compiles its first kernels, and while the driver alone works after the plan)
-    os.nice(NICE)
     with contextlib.suppress(Exception):  # a failure here only costs the run its head start
-        warm(trace_path, cfg)
+        warm(trace_path, cfg, NICE)
 
 
 @contextlib.contextmanager
