@@ -142,7 +142,7 @@ def analyze_command(
         )
     plan = load_plan(config) if config is not None else {}
     if demo:
-        plan = analyze.demo_plan(plan)
+        plan = analyze.demo_plan(plan, cold=analyze.warm.cold())
     # every option named like an [analyze] field overrides it (None: not given)
     given = dict(locals())
     overrides = {f.name: given[f.name] for f in dataclasses.fields(analyze.AnalyzeConfig)

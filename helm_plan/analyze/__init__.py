@@ -8,6 +8,7 @@ CLI overrides into an :class:`AnalyzeConfig`.
 from __future__ import annotations
 
 from helm_plan.analyze.config import (
+    DEMO_COLD_WORKERS,
     DEMO_POOL_FRACTION,
     DEMO_SLO_MS,
     DEMO_SYNTH,
@@ -23,6 +24,7 @@ from helm_plan.analyze.run import STAGES, prepare_demo, run_analyze
 from helm_plan.analyze.state import AnalyzeResult, StageRun
 
 __all__ = [
+    "DEMO_COLD_WORKERS",
     "DEMO_POOL_FRACTION",
     "DEMO_SLO_MS",
     "DEMO_SYNTH",

@@ -56,6 +56,11 @@ DEMO_WORKERS = 2
 """Worker processes of the demo (analyze's default is 1): the two cores the demo is sized for
 (15.8 against 18.2 s warm, 37 against 42 s with every kernel compiled on first use; results
 identical). Not 0 (all cores): on a large machine each worker would compile its kernels."""
+DEMO_COLD_WORKERS = 1
+"""Worker processes of the demo on a cold numba cache (:func:`demo_plan`): the compile-ahead
+process (:mod:`helm_plan.analyze.warm`) takes the second core, and two workers would each
+load (or compile) every cluster kernel: 23.8 against 25.9 s on 2 cores with an empty cache
+(warm, one worker takes 12.7-13.2 s against 10.7 s)."""
 
 
 @dataclass(frozen=True)
@@ -213,11 +218,17 @@ def build_config(
     return dataclasses.replace(cfg, **subs)
 
 
-def demo_plan(plan: dict[str, Any] | None = None) -> dict[str, Any]:
+def demo_plan(plan: dict[str, Any] | None = None, cold: bool = False) -> dict[str, Any]:
     """``plan`` with the demo defaults (pool fraction, SLO, model, window, GPUs, fleet
-    policies, headroom steps, workers, oracle steps) where it sets none."""
+    policies, headroom steps, workers, oracle steps) where it sets none.
+
+    ``cold``: numba's cache lacks the kernels (:func:`helm_plan.analyze.warm.cold`). Then,
+    unless the plan turns ``precompile`` off, the demo runs one worker (``DEMO_COLD_WORKERS``)
+    beside the process that compiles the later kernels ahead."""
     out = {k: dict(v) for k, v in (plan or {}).items()}
     a = out.setdefault("analyze", {})
+    if cold and a.get("precompile", True):
+        a.setdefault("workers", DEMO_COLD_WORKERS)
     a.setdefault("pool_fraction", DEMO_POOL_FRACTION)
     a.setdefault("slo_ms", DEMO_SLO_MS)
     a.setdefault("model", DEMO_MODEL)

@@ -8,6 +8,7 @@ from helm_plan_cli.main import app
 from typer.testing import CliRunner
 
 from helm_plan.analyze import (
+    DEMO_COLD_WORKERS,
     DEMO_POOL_FRACTION,
     DEMO_WORKERS,
     AnalyzeConfig,
@@ -72,6 +73,11 @@ def test_flags_override_plan_which_overrides_defaults():
     assert build_config(demo_plan()).workers == DEMO_WORKERS == 2 and AnalyzeConfig().workers == 1
     assert build_config(demo_plan({"analyze": {"workers": 1}})).workers == 1
     assert build_config(demo_plan(), {"workers": 3}).workers == 3
+    # on a cold numba cache one worker, beside the compile-ahead process (unless turned off)
+    assert build_config(demo_plan(cold=True)).workers == DEMO_COLD_WORKERS == 1
+    assert build_config(demo_plan({"analyze": {"workers": 2}}, cold=True)).workers == 2
+    off = {"analyze": {"precompile": False}}
+    assert build_config(demo_plan(off, cold=True)).workers == DEMO_WORKERS
     # the no-KV-cache curve: off unless asked, in every path to the config; the demo asks
     assert not AnalyzeConfig().curves.worst_case and not build_config().curves.worst_case
     assert not build_config({"curves": {"n_points": 5}}).curves.worst_case
