@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import multiprocessing as mp
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -152,7 +153,13 @@ def ahead(trace_path: str | Path, cfg: AnalyzeConfig) -> Iterator[bool]:
         target=_main, args=(str(trace_path), dataclasses.replace(cfg, workers=1), os.getpid()),
         daemon=True, name="helm-plan compile ahead",
     )  # fmt: skip
-    proc.start()
+    # spawned with SIGINT blocked, as the pool's workers are (exec/local.py): a Ctrl-C while
+    # it imports stays pending until _init_worker ignores it, instead of a traceback from it
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        proc.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     _running.append(proc)
     try:
         yield True

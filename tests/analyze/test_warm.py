@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,19 @@ def test_the_process_ends_with_its_block_and_is_alone(monkeypatch, trace):  # no
     assert not warm._running
     # stopped, not waited for: the block ended long before its imports could
     assert not proc.is_alive() and proc.exitcode == -signal.SIGTERM
+
+
+def test_a_ctrl_c_while_it_starts_is_dropped(monkeypatch, trace):  # noqa: ANN001
+    # the run reports Ctrl-C and stops it; the process itself must neither die of it nor
+    # print a KeyboardInterrupt traceback while it imports (it starts with SIGINT blocked)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(warm, "cold", lambda: True)
+    with warm.ahead(trace, _cfg()):
+        (proc,) = warm._running
+        os.kill(proc.pid, signal.SIGINT)
+        time.sleep(1.0)
+        assert proc.is_alive()
+    assert proc.exitcode == -signal.SIGTERM
 
 
 def test_cold_reads_numba_index(monkeypatch, tmp_path):  # noqa: ANN001
