@@ -134,6 +134,11 @@ def _main(trace_path: str, cfg: AnalyzeConfig, parent: int) -> None:
     from helm_plan.exec.local import _init_worker
 
     _init_worker(parent)  # no Ctrl-C report, and gone when the run is
+    # the run's output is the run's: nothing from here (a library's warning about a head of
+    # three windows, say) reaches the user's terminal
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
     with contextlib.suppress(Exception):  # a failure here only costs the run its head start
         warm(trace_path, cfg, NICE)
 
