@@ -8,9 +8,9 @@ compiles the curves', the oracle's and the controller's kernels in turn while th
 idle (numba compiles lazily, per process).
 
 :func:`ahead` starts one ``spawn`` process that runs the stages' own library calls on a
-few seconds of the same trace, in the order the run needs their kernels after its first
-node replays (which the driver compiles meanwhile): the cluster simulator under every
-router the plan compares, the controller's step, the curves, the oracle, the policies. Each
+few seconds of the same trace while the driver compiles its first node replays: the
+cluster simulator under every router the plan compares (the workers' first need), then the
+controller's step, the oracle, the policies and the curves (see :func:`warm`). Each
 kernel it compiles lands in numba's on-disk cache (``cache=True``), where the run's own
 first call of it loads it instead of compiling it; one still being compiled when the run
 reaches it is compiled by the run as before. Nothing else is kept: the process writes no
