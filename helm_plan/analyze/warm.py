@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import multiprocessing as mp
 import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from helm_plan.analyze.config import AnalyzeConfig
+from helm_plan.exec.local import spawn_worker
 
 WARM_WINDOWS = 3
 """Windows of the trace the background process runs the stages on (the oracle and the
@@ -53,7 +52,7 @@ NICE = 10
 the workers wait for those, and after them it takes only the cores the run leaves idle
 (while the plan's workers run, it would slow them as much as it gains)."""
 
-_running: list[Any] = []  # the process this process started, while it runs
+_running: list[Any] = []  # the process this process started, while it runs (spawn_worker)
 
 
 def _sentinels() -> list[Any]:
@@ -130,10 +129,7 @@ def warm(trace_path: str, cfg: AnalyzeConfig, nice: int = 0) -> None:
     stage_curves(ctx, cfg.curves_config())
 
 
-def _main(trace_path: str, cfg: AnalyzeConfig, parent: int) -> None:
-    from helm_plan.exec.local import _init_worker
-
-    _init_worker(parent)  # no Ctrl-C report, and gone when the run is
+def _main(trace_path: str, cfg: AnalyzeConfig) -> None:
     # the run's output is the run's: nothing from here (a library's warning about a head of
     # three windows, say) reaches the user's terminal
     quiet = os.open(os.devnull, os.O_WRONLY)
@@ -154,17 +150,9 @@ def ahead(trace_path: str | Path, cfg: AnalyzeConfig) -> Iterator[bool]:
     if not start:
         yield False
         return
-    proc = mp.get_context("spawn").Process(
-        target=_main, args=(str(trace_path), dataclasses.replace(cfg, workers=1), os.getpid()),
-        daemon=True, name="helm-plan compile ahead",
-    )  # fmt: skip
-    # spawned with SIGINT blocked, as the pool's workers are (exec/local.py): a Ctrl-C while
-    # it imports stays pending until _init_worker ignores it, instead of a traceback from it
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        proc.start()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    # like a pool worker: no Ctrl-C report of its own, and gone when the run is
+    proc = spawn_worker(_main, (str(trace_path), dataclasses.replace(cfg, workers=1)),
+                        "helm-plan compile ahead")  # fmt: skip
     _running.append(proc)
     try:
         yield True

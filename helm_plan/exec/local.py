@@ -9,7 +9,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import shared_memory
 from typing import Any, TypeVar
@@ -72,6 +72,34 @@ def _init_worker(parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True, name="helm-plan parent watch").start()
+
+
+@contextlib.contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked while the block runs: a process spawned in it inherits the mask, so a
+    Ctrl-C while it imports stays pending until :func:`_init_worker` ignores it (the
+    parent's own pending Ctrl-C is delivered when the mask is restored)."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _as_worker(parent: int, target: Callable[..., None], args: tuple[Any, ...]) -> None:
+    _init_worker(parent)
+    target(*args)
+
+
+def spawn_worker(target: Callable[..., None], args: tuple[Any, ...], name: str) -> Any:
+    """Start a daemon ``spawn`` process running ``target(*args)`` as the pool's workers run
+    their tasks: Ctrl-C left to this process, gone when this process is. Returns it."""
+    proc = mp.get_context("spawn").Process(
+        target=_as_worker, args=(os.getpid(), target, args), daemon=True, name=name
+    )
+    with sigint_blocked():
+        proc.start()
+    return proc
 
 
 def _call(fn: Callable[[Any, Any], Any], refs: tuple[Ref, ...], whole: bool, item: Any) -> Any:
@@ -248,14 +276,9 @@ class ProcessExecutor(Executor):
             todo = iter(enumerate(items))
 
             def submit(k: int) -> None:
-                # workers are spawned by submit: block SIGINT meanwhile so they inherit the
-                # mask (the parent's own pending Ctrl-C is delivered when it is restored)
-                mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-                try:
+                with sigint_blocked():  # workers are spawned by submit
                     for i, it in itertools.islice(todo, k):
                         futs[pool.submit(_call, fn, refs, whole, it)] = i
-                finally:
-                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
             submit(in_flight)
             done = 0
