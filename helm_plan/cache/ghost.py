@@ -61,7 +61,14 @@ import numpy as np
 from helm_plan.cache import core
 from helm_plan.cache.kvcurve import KvFeed
 from helm_plan.cache.shards import key_hashes, threshold
-from helm_plan.cache.stack import as_sizes, check_grid, size_plan, window_hits
+from helm_plan.cache.stack import (
+    WindowedPass,
+    as_ids,
+    as_sizes,
+    check_grid,
+    size_plan,
+    stream_sizes,
+)
 from helm_plan.errors import ConfigError
 
 GRID_POINTS = 101
@@ -169,7 +176,6 @@ class Ghost:
             np.int64
         )
         self._kv = KvFeed(wl)
-        self._hist: list[tuple[np.ndarray, np.ndarray]] = []  # (keys, offsets) per past window
         self._grid = np.unique(self.emb_grid)
         kb = as_sizes(wl.keys.key_bytes, wl.n_keys)[: wl.n_keys]
         big, self.rate = sample_plan(wl.keys.key_table, rate)
@@ -184,11 +190,18 @@ class Ghost:
             kb = np.where(sampled[picked], np.round(kb[picked] / self.rate), kb[picked])
             kb = np.ascontiguousarray(kb, np.int64)
         self._kb = kb
+        self._one_size = bool(len(kb)) and int(kb.min()) == int(kb.max())
         self._plan = size_plan(kb, check_grid(self._grid))  # once, not every window
+        self._passes = self._emb_passes()
+
+    def _emb_passes(self) -> list[WindowedPass]:
+        # the EMB stack of each key-size class, kept from window to window
+        return [WindowedPass(self._kb, max_b, self._grid[idx], self.history_windows, census)
+                for max_b, idx, census in self._plan]  # fmt: skip
 
     def reset(self) -> None:
         """Forget the remembered lookups (a cold node)."""
-        self._hist = []
+        self._passes = self._emb_passes()
         self._kv = KvFeed(self.wl)
 
     @property
@@ -211,26 +224,32 @@ class Ghost:
         look_req = None
         if self._dense is not None:  # SHARDS: the sampled keys' stream, exact lookup bytes
             ids, offs, look_req = self._sampled(ids, offs)
-        past = self._hist[-self.history_windows :] if self.history_windows else []
+        ids, _ = as_ids(ids, len(self._kb))
+        offs = np.ascontiguousarray(offs, np.int64)
         grid = self._grid
-        # the past windows warm the stack, then this one is counted (fed apart: no joined copy)
-        hits, look = window_hits([*past, (ids, offs)], grid, key_bytes=self._kb,
-                                 n_ids=len(self._kb), request_rows=per_request,
-                                 classes=self._plan)  # fmt: skip
+        # the stack remembers the last history_windows windows (WindowedPass): this window's
+        # hits as if those were fed again first, for one window's work
+        n_req = len(offs) - 1
+        rows = np.arange(n_req + 1, dtype=np.int64) if per_request else np.array([0, n_req])
+        sizes = None if self._one_size else stream_sizes(ids, self._kb, self._kb)
+        hits = np.zeros((len(rows) - 1, len(grid)), np.int64)
+        for (_, cols, _), sp in zip(self._plan, self._passes, strict=True):
+            hits[:, cols] = sp.next_window(ids, sizes, offs, rows)
+        n_look = int(offs[-1] - offs[0])
+        look = (int(self._kb[0]) * n_look if self._one_size or not n_look
+                else int(sizes[offs[0] : offs[-1]].sum(dtype=np.int64)))  # fmt: skip
         at = np.searchsorted(grid, self.emb_grid)
-        emb_req = hits[len(past) :][:, at] if per_request else None
+        emb_req = hits[:, at] if per_request else None
         emb = (emb_req.sum(axis=0) if emb_req is not None else hits[-1][at]).astype(np.float64)
         if look_req is not None:
             # hits scaled by looked-up bytes over the tracked weight: SHARDS normalised by the
             # sampled references, so a hot key in or out of the sample does not tilt the curve
-            total, sampled = float(look_req.sum()), float(look[len(past) :].sum())
+            total, sampled = float(look_req.sum()), float(look)
             scale = total / sampled if sampled > 0 else 0.0
-            look = np.array([*look[: len(past)], total], np.int64)
+            look = int(total)
             emb = np.minimum(emb * scale, total)
             if emb_req is not None:
                 emb_req = np.round(emb_req * scale).astype(np.int64)
-        if self.history_windows:
-            self._hist = [*self._hist, (ids, offs)][-self.history_windows :]
         kd = self._kv.feed(idx)
         d, c = kd.dist_tokens, kd.reuse_tokens
         found = d >= 0
@@ -241,7 +260,7 @@ class Ghost:
         kv_req = None
         if per_request:  # request i reuses c_i at every capacity of at least its distance
             kv_req = np.where(found[:, None] & (d[:, None] <= self.kv_grid[None, :]), c[:, None], 0)
-        return GhostCurves(self.r_grid, emb, float(look[len(past):].sum()), kv,
+        return GhostCurves(self.r_grid, emb, float(look), kv,
                            float(kd.ctx_len.sum()), emb_req, kv_req)  # fmt: skip
 
     def _sampled(

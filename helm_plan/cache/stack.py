@@ -176,11 +176,50 @@ class StackPass:
         _exact_feed(
             ids, sizes, offs, r0, edges, self.key_bytes, self.max_bytes, self.weighted,
             self.tree, self.item_at, self.last, self.meta, self.lut, self.grid, self.acc,
+            0, _EMPTY_I32, 0, 0,
         )  # fmt: skip
 
     def hit_bytes(self) -> np.ndarray:
         """Hit bytes per window at each capacity of the grid, int64 [n_windows, len(grid)]."""
         return np.cumsum(self.acc[:, :-1], axis=1)
+
+
+class WindowedPass(StackPass):
+    """A :class:`StackPass` fed one window at a time that remembers the last ``history``
+    windows before each: a key last accessed before them is a first access again (the
+    controller's ghost, :class:`helm_plan.cache.ghost.Ghost`).
+
+    The hits are those of a fresh pass fed the remembered windows and then this one
+    (:func:`window_hits`; tested), for one window's work instead of ``history + 1``: a key
+    accessed within the remembered windows has the same distance in both (every key marked
+    above its slot was accessed after it, so within them too), and a key accessed before
+    them is unmarked when it comes again; until then its mark sits below every slot a
+    distance sums, so it changes none.
+    """
+
+    def __init__(self, key_bytes: np.ndarray, max_bytes: int, grid: np.ndarray, history: int,
+                 census: tuple[int, np.ndarray] | None = None) -> None:  # fmt: skip
+        super().__init__(key_bytes, max_bytes, grid, 1, census)
+        self.history = int(history)
+        self.seen = np.zeros(len(key_bytes), np.int32)  # window of each key's last access
+        self.window = 0
+
+    def next_window(self, ids: np.ndarray, sizes: np.ndarray | None, offs: np.ndarray,
+                    rows: np.ndarray) -> np.ndarray:  # fmt: skip
+        """Hit bytes of the next window's requests (keys ``ids[offs[j]:offs[j+1]]`` of
+        ``sizes`` bytes; None: every key is ``key_bytes[0]`` bytes), summed over the request
+        bounds ``rows``: int64 [len(rows) - 1, len(grid)]."""
+        self.acc = np.zeros((len(rows) - 1, len(self.grid) + 1), np.int64)
+        self.meta[2] = 0
+        size_all = 0 if sizes is not None else int(self.key_bytes[0])
+        _exact_feed(
+            ids, _EMPTY_I32 if sizes is None else sizes, np.asarray(offs, np.int64), 0,
+            np.asarray(rows, np.int64), self.key_bytes, self.max_bytes, self.weighted,
+            self.tree, self.item_at, self.last, self.meta, self.lut, self.grid, self.acc,
+            size_all, self.seen, self.window, self.window - self.history,
+        )  # fmt: skip
+        self.window += 1
+        return self.hit_bytes()
 
 
 def binned_hits(
@@ -215,37 +254,26 @@ def window_hits(
     *,
     key_bytes: np.ndarray | None,
     n_ids: int,
-    request_rows: bool = False,
-    classes: list[tuple[int, np.ndarray, tuple[int, np.ndarray]]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`binned_hits` of windows held apart: one ``(ids, offsets)`` per window, in order.
 
     The LRU is warm across them, and the figures are those of the windows'
-    concatenation with their edges, without that concatenated copy (the
-    controller's ghost feeds its past windows, then this one). Sizes are
-    gathered window by window, never one array for the whole stream. With
-    ``request_rows`` every request of the last window gets a row of its own (the
-    ghost's per-request curves), after one row per earlier window. ``classes`` is
-    :func:`size_plan` of the key sizes and ``grid``, when the caller keeps it.
+    concatenation with their edges, without that concatenated copy. Sizes are
+    gathered window by window, never one array for the whole stream.
     """
     parts = [(as_ids(ids, n_ids)[0], np.asarray(o, np.int64)) for ids, o in windows]
     kb = as_sizes(key_bytes, n_ids)
     grid = check_grid(grid)
     edges = np.zeros(len(parts) + 1, np.int64)
     np.cumsum([len(o) - 1 for _, o in parts], out=edges[1:])
-    look = [stream_sizes(ids[o[0] : o[-1]], key_bytes, kb).sum(dtype=np.int64)
-            for ids, o in parts]  # fmt: skip
-    rows = edges
-    if request_rows and parts:
-        ids, o = parts[-1]
-        rows = np.concatenate([edges[:-1], edges[-2] + np.arange(1, len(o), dtype=np.int64)])
-        sz = stream_sizes(ids[o[0] : o[-1]], key_bytes, kb).astype(np.int64)
-        look = look[:-1] + list(window_sums(sz, o - o[0], np.arange(len(o), dtype=np.int64)))
-    hits = np.zeros((len(rows) - 1, len(grid)), np.int64)
-    for max_b, idx, census in classes if classes is not None else size_plan(kb[:n_ids], grid):
-        sp = StackPass(kb[:n_ids], max_b, grid[idx], len(rows) - 1, census)
-        for w, (ids, o) in enumerate(parts):
-            sp.feed(ids, stream_sizes(ids, key_bytes, kb), o, int(edges[w]), rows)
+    # each window's key sizes once, for the lookup bytes and every class
+    sizes = [stream_sizes(ids, key_bytes, kb) for ids, _ in parts]
+    look = [sz[o[0] : o[-1]].sum(dtype=np.int64) for sz, (_, o) in zip(sizes, parts, strict=True)]
+    hits = np.zeros((len(parts), len(grid)), np.int64)
+    for max_b, idx, census in size_plan(kb[:n_ids], grid):
+        sp = StackPass(kb[:n_ids], max_b, grid[idx], len(parts), census)
+        for w, ((ids, o), sz) in enumerate(zip(parts, sizes, strict=True)):
+            sp.feed(ids, sz, o, int(edges[w]), edges)
         hits[:, idx] = sp.hit_bytes()
     return hits, np.array(look, np.int64)
 
@@ -359,25 +387,35 @@ def compact(tree, item_at, last, pos, m, kb, weighted):
 
 @nb.njit(cache=True, nogil=True)
 def _exact_feed(
-    ids, sizes, offs, r0, edges, kb, max_b, weighted, tree, item_at, last, meta, lut, grid, acc
-):
+    ids, sizes, offs, r0, edges, kb, max_b, weighted, tree, item_at, last, meta, lut, grid, acc,
+    size_all, seen, cur, oldest,
+):  # fmt: skip
     m = item_at.shape[0]
     n_grid = grid.shape[0]
     n_lut = lut.shape[0]
     total = meta[0]
     pos = meta[1]
     w = meta[2]
+    sized = sizes.shape[0] > 0  # else every access is ``size_all`` bytes
+    forgets = seen.shape[0] > 0
     for j in range(offs.shape[0] - 1):
         r = r0 + j
         while edges[w + 1] <= r:
             w += 1
         for t in range(offs[j], offs[j + 1]):
             x = ids[t]
-            b = sizes[t]  # streamed beside the key: no random load of kb[x]
+            b = sizes[t] if sized else size_all  # streamed beside the key: no load of kb[x]
             if b > max_b:  # never cached at this class's capacities (module docstring)
                 continue
             wt = b if weighted else 1
             p = last[x]
+            if forgets:
+                if p >= 0 and seen[x] < oldest:  # last seen before the windows remembered
+                    fw_add(tree, m, p, -wt)
+                    item_at[p] = -1
+                    total -= wt
+                    p = -1
+                seen[x] = cur
             if p < 0:
                 acc[w, n_grid] += b
             else:

@@ -49,9 +49,9 @@ SHARES = np.linspace(0.0, 1.0, 101)
 """Windows of the ghost tests: the first holds one request (no KV can be cached yet)."""
 
 
-def _workload():
+def _workload(model=MODEL):
     a = A.from_table(small_table(120, n_users=10, n_items=40, max_new=4, n_candidates=3))
-    return core.Workload.of(a, MODEL)
+    return core.Workload.of(a, model)
 
 
 def _streams(wl, n_computed):
@@ -82,22 +82,26 @@ def _lru_hits(past: list[list[int]], cur: list[int], key_bytes, cap: int) -> int
     return hit
 
 
+@pytest.mark.parametrize("one_size", [False, True])
 @pytest.mark.parametrize("history", [None, 0, 1, 2])
-def test_emb_curve_is_the_lru_over_the_remembered_windows(history):
-    """``history=None``: the default, one remembered window."""
-    wl = _workload()
+def test_emb_curve_is_the_lru_over_the_remembered_windows(history, one_size):
+    """``history=None``: the default, one remembered window. ``one_size``: every key of one
+    size (the item table alone; the ghost then streams no sizes)."""
+    model = dataclasses.replace(MODEL, tables=TABLES[:1]) if one_size else MODEL
+    wl = _workload(model)
     pool = 400  # above the 335 bytes of all keys: reuse two windows back can hit
     n_comp = core.kv_pass(wl, 30).n_computed
     streams = _streams(wl, n_comp)
     kb = wl.keys.key_bytes
+    assert (len(np.unique(kb)) == 1) == one_size
     if history is None:  # the default must be told apart from remembering two windows
         caps = [int(np.floor(r * pool)) for r in SHARES]
         one = [_lru_hits(streams[2:3], streams[3], kb, cap) for cap in caps]
         assert one != [_lru_hits(streams[1:3], streams[3], kb, cap) for cap in caps]
     if history is None:
-        g, history = Ghost(wl, pool, MODEL.kv_bytes_per_token), 1
+        g, history = Ghost(wl, pool, model.kv_bytes_per_token), 1
     else:
-        g = Ghost(wl, pool, MODEL.kv_bytes_per_token, history_windows=history)
+        g = Ghost(wl, pool, model.kv_bytes_per_token, history_windows=history)
     for w, (s, e) in enumerate(zip(EDGES[:-1], EDGES[1:], strict=True)):
         c = g.observe(s, e, n_comp[s:e])
         np.testing.assert_array_equal(c.r_grid, SHARES)
