@@ -205,13 +205,16 @@ def compute_curves(
     progress: Callable[[int, int], None] | None = None,
     *,
     sink: embstream.Sink | None = None,
+    kv_first: bool = False,
 ) -> Curves:
     """Measure the ``emb``, ``emb_kv0`` and ``kv`` curves over the pool, whole trace and per window.
 
     ``sink`` (e.g. a :class:`StreamWriter`) receives the ``emb`` curve's
     lookup stream chunk by chunk while its pass runs. A :class:`SampledWorkload`
     (:func:`helm_plan.cache.sampled.load` at ``cfg``'s rate and seed) gives the
-    same curves as its full trace in a fraction of the memory.
+    same curves as its full trace in a fraction of the memory. ``kv_first`` measures the KV
+    curve before the EMB ones (the compile-ahead process, :mod:`helm_plan.analyze.warm`: where
+    it and the run meet here, each compiles the other's kernels); the curves are the same.
     """
     report = progress or (lambda done, total: None)
     total_steps = 4
@@ -242,31 +245,36 @@ def compute_curves(
     )
     results = {}
     passes = (("emb", emb_kv), ("emb_kv0", 0)) if cfg.worst_case else (("emb", emb_kv),)
-    for step, (kind, kv_tokens) in enumerate(passes, start=1):
-        eh = embstream.emb_hits(
-            emb_data, kv_tokens, cap_bytes, edges, sampling=sampling,
-            sink=sink if kind == "emb" else None,
-        )  # fmt: skip
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rate = eh.hit_bytes / np.maximum(eh.lookup_bytes, 1)[:, None]
-        whole = eh.hit_bytes.sum(axis=0) / max(int(eh.lookup_bytes.sum()), 1)
-        results[kind] = (rate, whole, eh.lookup_bytes > 0, eh.lookups, eh.exact)
-        release_memory()  # the pass's state and buffers: the next pass would build on them
-        report(step, total_steps)
 
-    # KV: one pass, exact replay below the largest admitted context.
-    grid_tok = cap_bytes // model.kv_bytes_per_token
-    kd = kvcurve.kv_distances(wl)
-    kv_hits, kv_ctx = kvcurve.binned_reuse(kd, grid_tok, edges)
-    small = np.flatnonzero(grid_tok < kd.exact_from_tokens)
-    del kd  # per-request arrays (24 bytes a request)
-    release_memory()
-    if len(small):
-        kv_hits[:, small] = kvcurve.kv_reuse_exact(wl, grid_tok[small], edges).T
-    rate = kv_hits / np.maximum(kv_ctx, 1)[:, None]
-    whole = kv_hits.sum(axis=0) / max(int(kv_ctx.sum()), 1)
-    results["kv"] = (rate, whole, kv_ctx > 0, kv_ctx, True)
-    report(3, total_steps)
+    def emb() -> None:
+        for step, (kind, kv_tokens) in enumerate(passes, start=1):
+            eh = embstream.emb_hits(
+                emb_data, kv_tokens, cap_bytes, edges, sampling=sampling,
+                sink=sink if kind == "emb" else None,
+            )  # fmt: skip
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rate = eh.hit_bytes / np.maximum(eh.lookup_bytes, 1)[:, None]
+            whole = eh.hit_bytes.sum(axis=0) / max(int(eh.lookup_bytes.sum()), 1)
+            results[kind] = (rate, whole, eh.lookup_bytes > 0, eh.lookups, eh.exact)
+            release_memory()  # the pass's state and buffers: the next pass would build on them
+            report(step, total_steps)
+
+    def kv() -> None:  # one pass, exact replay below the largest admitted context
+        grid_tok = cap_bytes // model.kv_bytes_per_token
+        kd = kvcurve.kv_distances(wl)
+        kv_hits, kv_ctx = kvcurve.binned_reuse(kd, grid_tok, edges)
+        small = np.flatnonzero(grid_tok < kd.exact_from_tokens)
+        del kd  # per-request arrays (24 bytes a request)
+        release_memory()
+        if len(small):
+            kv_hits[:, small] = kvcurve.kv_reuse_exact(wl, grid_tok[small], edges).T
+        rate = kv_hits / np.maximum(kv_ctx, 1)[:, None]
+        whole = kv_hits.sum(axis=0) / max(int(kv_ctx.sum()), 1)
+        results["kv"] = (rate, whole, kv_ctx > 0, kv_ctx, True)
+        report(3, total_steps)
+
+    for part in (kv, emb) if kv_first else (emb, kv):
+        part()
 
     w_start = np.arange(n_win, dtype=np.float64) * cfg.window_s
     frames = [

@@ -61,11 +61,15 @@ def _replay_rates(wl, emb_bytes, kv_tokens, edges):
     return rate(r.lookup_bytes - r.miss_bytes, r.lookup_bytes), rate(r.n_reused, r.ctx_len)
 
 
-@pytest.mark.parametrize("explicit", [True, False])
-def test_curves_equal_per_size_replay_at_every_sampled_capacity(explicit):
+@pytest.mark.parametrize(("explicit", "kv_first"), [(True, False), (False, False), (True, True)])
+def test_curves_equal_per_size_replay_at_every_sampled_capacity(explicit, kv_first):
+    # kv_first: the compile-ahead process's order of the passes (helm_plan.analyze.warm)
     wl, pool = _setup(explicit=explicit)
     cfg = C.CurvesConfig(window_s=3.0, ratio=0.3, n_points=21)
-    cv = C.compute_curves(wl, GPU, MODEL, pool, cfg)
+    ticks = []
+    cv = C.compute_curves(wl, GPU, MODEL, pool, cfg, lambda d, t: ticks.append((d, t)),
+                          kv_first=kv_first)  # fmt: skip
+    assert ticks[-1] == (4, 4) and len(ticks) == 5
     edges = A.window_edges(wl.arrays.ts_s, 3.0)
     n_win = len(edges) - 1
     emb_kv = core.capacities(0.3, pool.pool_bytes, MODEL)[1]
