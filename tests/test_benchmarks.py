@@ -147,6 +147,14 @@ CASES = {
             "| figure | ours | peer (same run) | ratio |",
         ),
     ),
+    "bench_ghost": Case(
+        "bench_ghost",
+        "--requests 720 --nodes 2 --window-s 0.5",
+        (
+            "hits identical in every window",
+            "| ghost EMB curves, stack kept from window to window |",
+        ),
+    ),
     "bench_ingest": Case(
         "bench_ingest",
         "--repeat 1",
