@@ -190,9 +190,13 @@ def plan(
             starts.setdefault((gi, BASELINE_POLICY), starts.get((gi, policies[0]), 1))
         elif cfg.baseline_router not in routers:
             items.append((gi, BASELINE_POLICY, (cfg.baseline_router,)))
-    groups = ex.map(_combos, items, shared=(ctxs, ncfg, cfg, starts, starts_r),
-                    progress=progress,
-                    label=lambda it: f"{setups[it[0]].gpu.name} {it[1]}")  # fmt: skip
+    # queued heaviest first (a policy's plan_weight; in order otherwise), so no worker is left
+    # with the longest task at the end; the answers are put back in the items' order
+    queue = sorted(range(len(items)), key=lambda i: -parse_policy(items[i][1]).plan_weight)
+    got = ex.map(_combos, [items[i] for i in queue], shared=(ctxs, ncfg, cfg, starts, starts_r),
+                 progress=progress,
+                 label=lambda it: f"{setups[it[0]].gpu.name} {it[1]}")  # fmt: skip
+    groups = [got[queue.index(i)] for i in range(len(items))]
     combos = [c for g in groups for c in g]
     combos = _frontier(combos, ctxs, ncfg, cfg, ex, progress)
     room = []

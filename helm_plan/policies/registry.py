@@ -182,6 +182,10 @@ class PolicySpec(ABC):
     """With takes_arg: the argument may be left out (``name`` alone)."""
     searches: ClassVar[bool] = False
     """True when building runs a search (worth a progress bar)."""
+    plan_weight: ClassVar[float] = 1.0
+    """Relative time of a plan's fleet search under it, for the order the plan queues its
+    tasks in (heaviest first, so no worker is left with the longest one at the end; never
+    changes a result)."""
 
     @classmethod
     def from_arg(cls, arg: str | None) -> PolicySpec:

@@ -195,6 +195,28 @@ def test_plan_on_a_process_pool_equals_the_serial_plan(small):
         assert getattr(pooled, name).equals(getattr(res, name)), name
 
 
+def test_heavier_fleet_searches_are_queued_first_and_answer_the_same(small, monkeypatch):
+    # a policy's plan_weight orders the combination map's tasks (the controller's first, its
+    # ghosts make each simulation ~12x a static one); the answers come back in the plan's order
+    from helm_plan.plan import run as plan_run
+    from helm_plan.policies.specs.emb_max import EmbMax
+
+    t, cfg, res = small
+    queued: list[list[str]] = []
+
+    class Recording(executors.SerialExecutor):
+        def map(self, fn, items, **kw):  # noqa: ANN001, ANN201
+            if fn is plan_run._combos:
+                queued.append([it[1] for it in items])
+            return super().map(fn, items, **kw)
+
+    monkeypatch.setattr(EmbMax, "plan_weight", 5.0)
+    got = plan(t, cfg, setups=[GpuSetup(GPU, brute_latency(), None, 3.0)], executor=Recording())
+    assert queued == [["emb-max", "static:0.3", "best-static"]]  # in order but for the heavy one
+    for name in ("capacity", "savings", "load_curve", "evaluated"):
+        assert getattr(got, name).equals(getattr(res, name)), name
+
+
 def test_a_plan_with_its_scaled_tokens_on_disk_equals_the_plan_in_memory(
     small, tmp_path, monkeypatch
 ):
