@@ -100,7 +100,20 @@ def stop_cluster(tmp: Path) -> int:
     return len(cluster_pids(tmp))
 
 
-def make_plan_inputs(requests: int):
+SHAPES = {
+    "9": (("a100-80g",), ("best-static", "emb-max", "kv-max"), ("jsq", "round-robin", "helm")),
+    "48": (
+        ("a100-80g", "h100-80g", "a100-40g"),
+        ("best-static", "emb-max", "kv-max", "controller"),
+        ("jsq", "affinity", "kv-overlap", "helm"),
+    ),
+}
+"""Plan shapes (GPUs, policies, routers): ``9``, one GPU x 3 policies x 3 routers (3 tasks in
+the combination map: a task is one GPU and policy, its routers searched in turn); ``48``, the
+issue's 1M-request plan, 3 GPUs x analyze's 4 plan policies x its 4 routers (12 tasks)."""
+
+
+def make_plan_inputs(requests: int, shape: str = "9"):
     from helm_plan import arrays as A
     from helm_plan.oracle import OracleConfig
     from helm_plan.plan import PlanConfig
@@ -110,8 +123,8 @@ def make_plan_inputs(requests: int):
     qps = 60.0
     table = synthesize(SynthConfig(regime="mixed", qps=qps, duration_s=requests / qps,
                                    items=20_000, candidates=64, seed=1))  # fmt: skip
-    cfg = PlanConfig(gpus=("a100-80g",), policies=("best-static", "emb-max", "kv-max"),
-                     routers=("jsq", "round-robin", "helm"), pool_fraction=0.1, scale=6.0,
+    gpus, policies, routers = SHAPES[shape]
+    cfg = PlanConfig(gpus=gpus, policies=policies, routers=routers, pool_fraction=0.1, scale=6.0,
                      max_nodes=16, node=NodeConfig(window_s=10.0), n_boot=100,
                      oracle=OracleConfig(coarse_step=0.25), load_max_requests=20_000)  # fmt: skip
     return A.from_table(table, seed=1), cfg
@@ -192,22 +205,22 @@ def project(rec: dict, wall: float, nodes: int, net_gbps: float) -> tuple[float,
     return total, parts
 
 
-def child(mode: str, address: str, requests: int, out: str) -> None:
+def child(mode: str, address: str, requests: int, out: str, shape: str) -> None:
     """One plan in this fresh process; writes its wall time, answer hash and task record."""
     import hashlib
 
     from helm_plan import exec as executors
     from helm_plan.plan import plan
 
-    arrays, cfg = make_plan_inputs(requests)
+    arrays, cfg = make_plan_inputs(requests, shape)
     rec = instrument() if mode == "ray" else {"maps": []}
     if mode == "ray":
         from helm_plan.exec.ray import RayExecutor
 
         ex = RayExecutor(address=address)
         # every worker imports helm_plan and loads its compiled kernels before the timing:
-        # a small plan first (its 9 combinations reach every node)
-        small, _ = make_plan_inputs(max(300, requests // 10))
+        # a small plan first (its combinations reach every node)
+        small, _ = make_plan_inputs(max(300, requests // 10), shape)
         plan(small, cfg, executor=ex)
         rec["maps"].clear()
     else:
@@ -225,10 +238,10 @@ def child(mode: str, address: str, requests: int, out: str) -> None:
                                      "rec": rec}))  # fmt: skip
 
 
-def run_child(mode: str, address: str, requests: int, tmp: Path) -> dict:
+def run_child(mode: str, address: str, requests: int, tmp: Path, shape: str) -> dict:
     out = tmp / f"{mode}-{time.monotonic_ns()}.json"
     r = subprocess.run([sys.executable, __file__, "--child", mode, address, str(requests),
-                        str(out)], capture_output=True, text=True, check=False, env=ENV)  # fmt: skip
+                        str(out), shape], capture_output=True, text=True, check=False, env=ENV)  # fmt: skip
     if r.returncode:
         raise SystemExit(f"{mode} run failed:\n{r.stderr[-3000:]}")
     return json.loads(out.read_text())
@@ -239,11 +252,17 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=6000)
     ap.add_argument("--repeats", type=int, default=2, help="interleaved runs per side, best kept")
     ap.add_argument("--net-gbps", type=float, default=10.0, help="network of the projection")
-    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--shape",
+        choices=sorted(SHAPES),
+        default="9",
+        help="9: 1 GPU x 3 policies x 3 routers; 48: 3 x 4 x 4, the issue's plan",
+    )
+    ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        mode, address, n, out = args.child
-        child(mode, address, int(n), out)
+        mode, address, n, out, shape = args.child
+        child(mode, address, int(n), out, shape)
         return
     print(f"cpus: {os.cpu_count()}, load average: {os.getloadavg()}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="hp-ray-", dir="/tmp"))
@@ -252,13 +271,13 @@ def main() -> None:
         address = start_head(tmp)
         add_node(address, tmp)
         for _ in range(args.repeats):  # one worker node
-            runs["local"].append(run_child("local", "", args.requests, tmp))
-            runs["ray1"].append(run_child("ray", address, args.requests, tmp))
+            runs["local"].append(run_child("local", "", args.requests, tmp, args.shape))
+            runs["ray1"].append(run_child("ray", address, args.requests, tmp, args.shape))
             print(f"  local 1 worker {runs['local'][-1]['wall_s']:.1f} s, ray 1 node "
                   f"{runs['ray1'][-1]['wall_s']:.1f} s", flush=True)  # fmt: skip
         add_node(address, tmp)
         for _ in range(args.repeats):
-            runs["ray2"].append(run_child("ray", address, args.requests, tmp))
+            runs["ray2"].append(run_child("ray", address, args.requests, tmp, args.shape))
             print(f"  ray 2 nodes {runs['ray2'][-1]['wall_s']:.1f} s", flush=True)
     finally:
         left = stop_cluster(tmp)
@@ -271,7 +290,7 @@ def main() -> None:
     print(f"\nanswers identical (local 1 worker, ray 1 node, ray 2 nodes): "
           f"{'yes' if len(answers) == 1 else 'NO'}; cluster processes left: {left}")  # fmt: skip
     print("| figure | ours | peer (same run) | ratio |\n|---|---|---|---|")
-    print(f"| plan, {args.requests:,} requests x6, 9 combinations, Ray on 2 one-CPU nodes | "
+    print(f"| plan, {args.requests:,} requests x6, {args.shape} combinations, Ray on 2 one-CPU nodes | "
           f"{t_2:.1f} s | Ray on 1 node: {t_1:.1f} s | {t_1 / t_2:.2f}x |")  # fmt: skip
     print(f"| the same, Ray on 1 node | {t_1:.1f} s | local executor, 1 worker: {t_l:.1f} s | "
           f"{t_1 / t_l:.2f} of local |")  # fmt: skip
