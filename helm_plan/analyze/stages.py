@@ -120,11 +120,12 @@ def workload_tables(a: TraceArrays, max_seq_len: int) -> dict[str, pl.DataFrame]
 
 
 def stage_curves(
-    ctx: NodeContext, cfg: CurvesConfig, progress: Progress = no_progress
+    ctx: NodeContext, cfg: CurvesConfig, progress: Progress = no_progress, kv_first: bool = False
 ) -> StageOutput:
-    """EMB hit-rate and KV reuse curves over the pool (:func:`compute_curves`)."""
+    """EMB hit-rate and KV reuse curves over the pool (:func:`compute_curves`; ``kv_first``:
+    its KV pass before its EMB ones, the same curves)."""
     pool = Pool(ctx.pool_bytes, ctx.pool_source)
-    cv = compute_curves(ctx.workload, ctx.gpu, ctx.model, pool, cfg, progress)
+    cv = compute_curves(ctx.workload, ctx.gpu, ctx.model, pool, cfg, progress, kv_first=kv_first)
     keep = ["kind", "window", "window_start_s", "window_end_s", "capacity_bytes",
             "pool_fraction", "hit_rate", "n_accesses", "exact"]  # fmt: skip
     table = cv.table.select(keep).with_columns(pl.col("window").cast(pl.Int64))

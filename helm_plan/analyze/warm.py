@@ -104,14 +104,12 @@ def warm(trace_path: str, cfg: AnalyzeConfig, nice: int = 0) -> None:
     compiling the same kernel.
     """
     from helm_plan.analyze.policies_stage import stage_policies
-    from helm_plan.analyze.stages import stage_oracle
-    from helm_plan.cache.curves import compute_curves
+    from helm_plan.analyze.stages import stage_curves, stage_oracle
     from helm_plan.cluster import ClusterConfig
     from helm_plan.cluster.compare import run_point
     from helm_plan.controller.features import N_FEATURES
     from helm_plan.controller.runtime import DEFAULT_PATH, Controller
     from helm_plan.plan.loadcurve import LOAD_CURVE_ROUTER
-    from helm_plan.pool import Pool
     from helm_plan.profiles import resolve_slo_ms
     from helm_plan.sim import load_context
 
@@ -129,10 +127,9 @@ def warm(trace_path: str, cfg: AnalyzeConfig, nice: int = 0) -> None:
     Controller.load(DEFAULT_PATH).step(np.zeros(N_FEATURES), None)
     labels = stage_oracle(ctx, node, oracle)
     stage_policies(ctx, node, oracle, labels, n_boot=10, confidence=cfg.confidence, seed=cfg.seed)
-    # the curves stage's library call, its KV pass before its EMB ones: the run starts with
-    # the EMB pass, so where the two meet here they compile different kernels
-    compute_curves(ctx.workload, ctx.gpu, ctx.model, Pool(ctx.pool_bytes, ctx.pool_source),
-                   cfg.curves_config(), kv_first=True)  # fmt: skip
+    # its KV pass before its EMB ones: the run starts with the EMB pass, so where the two
+    # meet here they compile different kernels
+    stage_curves(ctx, cfg.curves_config(), kv_first=True)
 
 
 def _main(trace_path: str, cfg: AnalyzeConfig) -> None:

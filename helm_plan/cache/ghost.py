@@ -235,8 +235,7 @@ class Ghost:
         hits = np.zeros((len(rows) - 1, len(grid)), np.int64)
         for (_, cols, _), sp in zip(self._plan, self._passes, strict=True):
             hits[:, cols] = sp.next_window(ids, sizes, offs, rows)
-        n_look = int(offs[-1] - offs[0])
-        look = (int(self._kb[0]) * n_look if self._one_size or not n_look
+        look = (int(self._kb[0]) * int(offs[-1] - offs[0]) if sizes is None
                 else int(sizes[offs[0] : offs[-1]].sum(dtype=np.int64)))  # fmt: skip
         at = np.searchsorted(grid, self.emb_grid)
         emb_req = hits[:, at] if per_request else None

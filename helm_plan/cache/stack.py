@@ -266,14 +266,17 @@ def window_hits(
     grid = check_grid(grid)
     edges = np.zeros(len(parts) + 1, np.int64)
     np.cumsum([len(o) - 1 for _, o in parts], out=edges[1:])
-    # each window's key sizes once, for the lookup bytes and every class
-    sizes = [stream_sizes(ids, key_bytes, kb) for ids, _ in parts]
-    look = [sz[o[0] : o[-1]].sum(dtype=np.int64) for sz, (_, o) in zip(sizes, parts, strict=True)]
-    hits = np.zeros((len(parts), len(grid)), np.int64)
-    for max_b, idx, census in size_plan(kb[:n_ids], grid):
-        sp = StackPass(kb[:n_ids], max_b, grid[idx], len(parts), census)
-        for w, ((ids, o), sz) in enumerate(zip(parts, sizes, strict=True)):
+    plan = size_plan(kb[:n_ids], grid)
+    passes = [StackPass(kb[:n_ids], max_b, grid[idx], len(parts), census)
+              for max_b, idx, census in plan]  # fmt: skip
+    look = []
+    for w, (ids, o) in enumerate(parts):
+        sz = stream_sizes(ids, key_bytes, kb)  # one window's sizes, for its bytes and each class
+        look.append(sz[o[0] : o[-1]].sum(dtype=np.int64))
+        for sp in passes:
             sp.feed(ids, sz, o, int(edges[w]), edges)
+    hits = np.zeros((len(parts), len(grid)), np.int64)
+    for (_, idx, _), sp in zip(plan, passes, strict=True):
         hits[:, idx] = sp.hit_bytes()
     return hits, np.array(look, np.int64)
 
