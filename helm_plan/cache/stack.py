@@ -41,9 +41,13 @@ curves are exact at every capacity; below the smallest key nothing is cached.
 key's latest access slot (O(log M) per access). The tree is *compacted*: it
 spans ``M = 2 * keys + 16`` slots, and when they run out the live marks are
 renumbered in order (O(M), amortised O(1)), so it stays cache-sized whatever
-the stream length. A class whose keys all have one size counts rows (int32
-tree, table lookup of the bin); mixed sizes count bytes (int64 tree, binary
-search over the grid). :class:`StackPass` keeps the state between chunks so a
+the stream length. Mixed sizes count bytes (an int64 tree over the slots,
+binary search of the bin over the grid). A class whose keys all have one size
+counts rows: a bit per slot and an int32 tree over blocks of 64 slots, so a
+distance is a walk over ``M / 64`` blocks plus a popcount of the marks above
+the slot in its own block (the same count as a tree over the slots, in
+three fewer levels per walk and a tree 64x smaller; the controller's ghost
+is such a pass), and the bin is a table lookup. :class:`StackPass` keeps the state between chunks so a
 stream is consumed as it is generated (:mod:`helm_plan.cache.embstream`).
 """
 
@@ -55,6 +59,7 @@ import numpy as np
 from helm_plan.errors import ConfigError
 
 _EMPTY_I32 = np.zeros(0, np.int32)
+_EMPTY_U64 = np.zeros(0, np.uint64)
 
 
 def as_ids(ids: np.ndarray, n_ids: int | None) -> tuple[np.ndarray, int]:
@@ -158,7 +163,12 @@ class StackPass:
         unit = 1 if self.weighted else int(sizes[0]) if len(sizes) else 1
         self.grid = np.ascontiguousarray(grid // unit, np.int64)
         m = 2 * n_class + 16
-        self.tree = np.zeros(m + 1, np.int64 if self.weighted else np.int32)
+        if self.weighted:  # a tree over the slots, marked with bytes
+            self.tree = np.zeros(m + 1, np.int64)
+            self.bits = _EMPTY_U64
+        else:  # a bit per slot and a tree over blocks of 64 slots (_exact_feed)
+            self.tree = np.zeros(-(-m // 64) + 1, np.int32)
+            self.bits = np.zeros(-(-m // 64), np.uint64)
         self.item_at = np.full(m, -1, np.int32)
         self.last = np.full(len(key_bytes), -1, np.int32)  # slots < m
         self.meta = np.zeros(3, np.int64)  # [live weight, next slot, current window]
@@ -175,8 +185,8 @@ class StackPass:
         """Consume requests ``r0 .. r0 + len(offs) - 2``: keys ``ids[offs[j]:offs[j+1]]`` of ``sizes`` bytes."""
         _exact_feed(
             ids, sizes, offs, r0, edges, self.key_bytes, self.max_bytes, self.weighted,
-            self.tree, self.item_at, self.last, self.meta, self.lut, self.grid, self.acc,
-            0, _EMPTY_I32, 0, 0,
+            self.tree, self.bits, self.item_at, self.last, self.meta, self.lut, self.grid,
+            self.acc, 0, _EMPTY_I32, 0, 0,
         )  # fmt: skip
 
     def hit_bytes(self) -> np.ndarray:
@@ -215,8 +225,8 @@ class WindowedPass(StackPass):
         _exact_feed(
             ids, _EMPTY_I32 if sizes is None else sizes, np.asarray(offs, np.int64), 0,
             np.asarray(rows, np.int64), self.key_bytes, self.max_bytes, self.weighted,
-            self.tree, self.item_at, self.last, self.meta, self.lut, self.grid, self.acc,
-            size_all, self.seen, self.window, self.window - self.history,
+            self.tree, self.bits, self.item_at, self.last, self.meta, self.lut, self.grid,
+            self.acc, size_all, self.seen, self.window, self.window - self.history,
         )  # fmt: skip
         self.window += 1
         return self.hit_bytes()
@@ -388,11 +398,73 @@ def compact(tree, item_at, last, pos, m, kb, weighted):
     return k
 
 
+_ONE = np.uint64(1)
+_M1, _M2 = np.uint64(0x5555555555555555), np.uint64(0x3333333333333333)
+_M4, _H01 = np.uint64(0x0F0F0F0F0F0F0F0F), np.uint64(0x0101010101010101)
+
+
+@nb.njit(cache=True, inline="always")
+def _popcount(v):
+    """Set bits of a uint64 (the SWAR count)."""
+    v = v - ((v >> _ONE) & _M1)
+    v = (v & _M2) + ((v >> np.uint64(2)) & _M2)
+    v = (v + (v >> np.uint64(4))) & _M4
+    return np.int64((v * _H01) >> np.uint64(56))
+
+
+@nb.njit(cache=True, inline="always")
+def _rows_above(tree, bits, total, p):
+    """Marks in the slots above ``p`` (one size: a bit per slot, ``tree`` over blocks of 64):
+    those of the later blocks, then those above ``p`` in its own block."""
+    b = p >> 6
+    above = bits[b] >> np.uint64(p & 63) >> _ONE  # two shifts: a shift by 64 is undefined
+    return total - fw_prefix(tree, b) + _popcount(above)
+
+
+@nb.njit(cache=True, inline="always")
+def _rows_flip(tree, bits, p, v):
+    """Mark (``v`` = 1) or unmark (-1) slot ``p`` (one size)."""
+    bits[p >> 6] ^= _ONE << np.uint64(p & 63)
+    fw_add(tree, bits.shape[0], p >> 6, v)
+
+
+@nb.njit(cache=True)
+def compact_rows(tree, bits, item_at, last, pos):
+    """:func:`compact` of a one-size pass: slots 0..live-1 marked, the block tree rebuilt."""
+    k = 0
+    for p in range(pos):
+        x = item_at[p]
+        if x >= 0:
+            item_at[k] = x
+            last[x] = k
+            k += 1
+    for p in range(k, item_at.shape[0]):
+        item_at[p] = -1
+    nb_ = bits.shape[0]
+    tree[:] = 0
+    for i in range(1, nb_ + 1):  # block i-1 holds min(64, k - 64 (i-1)) marks, from slot 0 up
+        lo = (i - 1) * 64
+        n = k - lo if k - lo < 64 else 64
+        if n <= 0:
+            bits[i - 1] = 0
+        else:
+            bits[i - 1] = ~np.uint64(0) if n == 64 else (_ONE << np.uint64(n)) - _ONE
+            tree[i] += n
+        j = i + (i & (-i))
+        if j <= nb_:
+            tree[j] += tree[i]
+    return k
+
+
 @nb.njit(cache=True, nogil=True)
 def _exact_feed(
-    ids, sizes, offs, r0, edges, kb, max_b, weighted, tree, item_at, last, meta, lut, grid, acc,
-    size_all, seen, cur, oldest,
+    ids, sizes, offs, r0, edges, kb, max_b, weighted, tree, bits, item_at, last, meta, lut,
+    grid, acc, size_all, seen, cur, oldest,
 ):  # fmt: skip
+    """Feed requests into the pass. Mixed sizes: ``tree`` is a Fenwick tree over the slots,
+    marked with bytes. One size (rows): a bit per slot in ``bits`` and ``tree`` over blocks of
+    64 slots, so a distance is a walk over ``M / 64`` blocks and one popcount instead of a
+    walk over ``M`` slots (the same counts: the marks above a slot)."""
     m = item_at.shape[0]
     n_grid = grid.shape[0]
     n_lut = lut.shape[0]
@@ -414,7 +486,10 @@ def _exact_feed(
             p = last[x]
             if forgets:
                 if p >= 0 and seen[x] < oldest:  # last seen before the windows remembered
-                    fw_add(tree, m, p, -wt)
+                    if weighted:
+                        fw_add(tree, m, p, -wt)
+                    else:
+                        _rows_flip(tree, bits, p, -1)
                     item_at[p] = -1
                     total -= wt
                     p = -1
@@ -422,20 +497,26 @@ def _exact_feed(
             if p < 0:
                 acc[w, n_grid] += b
             else:
-                d = total - fw_prefix(tree, p) + wt  # everything above x, plus x itself
                 if weighted:
+                    d = total - fw_prefix(tree, p) + wt  # everything above x, plus x itself
                     k = grid_bin(grid, d)
-                elif d < n_lut:
-                    k = lut[d]
-                else:  # beyond the largest capacity: a miss everywhere
-                    k = n_grid
+                    fw_add(tree, m, p, -wt)
+                else:
+                    d = _rows_above(tree, bits, total, p) + 1
+                    k = lut[d] if d < n_lut else n_grid  # beyond the largest: a miss everywhere
+                    _rows_flip(tree, bits, p, -1)
                 acc[w, k] += b
-                fw_add(tree, m, p, -wt)
                 item_at[p] = -1
                 total -= wt
             if pos == m:
-                pos = compact(tree, item_at, last, pos, m, kb, weighted)
-            fw_add(tree, m, pos, wt)
+                if weighted:
+                    pos = compact(tree, item_at, last, pos, m, kb, weighted)
+                else:
+                    pos = compact_rows(tree, bits, item_at, last, pos)
+            if weighted:
+                fw_add(tree, m, pos, wt)
+            else:
+                _rows_flip(tree, bits, pos, 1)
             item_at[pos] = x
             last[x] = pos
             pos += 1

@@ -101,6 +101,27 @@ def test_stack_distances_brute_force_bytes_and_compaction():
     np.testing.assert_array_equal(d_rows, want_rows)
 
 
+def test_one_size_pass_over_many_blocks_equals_brute_force_distances():
+    """The one-size pass (a bit per slot, a tree over blocks of 64) against row distances
+    counted on a list: 500 keys, so 1,016 slots in 16 blocks, marks crossing every block edge
+    (slot 63 included) and a dozen compactions; hits at every capacity 0..500 rows."""
+    ids = zipf_stream(12_000, 500, 0.6, 11)
+    seen: list[int] = []
+    dist = []
+    for x in ids.tolist():
+        k = seen.index(x) + 1 if x in seen else 0
+        dist.append(k)
+        if k:
+            seen.pop(k - 1)
+        seen.insert(0, x)
+    dist_a = np.array(dist)
+    grid = 7 * np.arange(0, 501)  # bytes: 0..500 rows of 7
+    hits, look = stack.binned_hits(ids, grid, key_bytes=np.full(500, 7), n_ids=500)
+    want = [7 * int(((dist_a > 0) & (dist_a <= c)).sum()) for c in range(501)]
+    assert look[0] == 7 * len(ids) and hits[0].tolist() == want
+    assert 0 < want[50] < want[200] < want[-1]  # capacities that tell the distances apart
+
+
 @pytest.mark.parametrize("sizes", [[16, 48, 64], [32]])
 def test_windows_fed_apart_equal_the_joined_stream(sizes):
     """``window_hits`` (the ghost's past windows, then this one, never joined) against
@@ -489,14 +510,18 @@ def test_more_input_edges():
 
 
 def test_stack_pass_layout_follows_the_docstring():
-    """M = 2 * keys + 16 slots, a 1-based Fenwick tree of M + 1 entries; int32 rows, int64 bytes."""
+    """M = 2 * keys + 16 slots; bytes: a 1-based int64 Fenwick tree of M + 1 entries; rows: a
+    bit per slot and an int32 tree over the ceil(M / 64) blocks."""
     kb = np.array([2, 3, 4, 9], np.int64)
     sp = stack.StackPass(kb, 4, np.array([5, 9]), 2)  # class of 3 keys, three sizes
     assert sp.weighted and len(sp.item_at) == 2 * 3 + 16 and len(sp.tree) == 2 * 3 + 16 + 1
     assert sp.tree.dtype == np.int64 and sp.grid.tolist() == [5, 9]
     rows = stack.StackPass(np.array([4, 4, 4, 4, 4]), 4, np.array([8]), 1)  # one size: rows
-    assert not rows.weighted and len(rows.item_at) == 26 and len(rows.tree) == 27
+    assert not rows.weighted and len(rows.item_at) == 26 and len(rows.tree) == 1 + 1
     assert rows.tree.dtype == np.int32 and rows.grid.tolist() == [2]
+    assert rows.bits.dtype == np.uint64 and len(rows.bits) == 1 and len(sp.bits) == 0
+    big = stack.StackPass(np.full(60, 4), 4, np.array([8]), 1)  # 136 slots: 3 blocks
+    assert len(big.item_at) == 136 and len(big.tree) == 3 + 1 and len(big.bits) == 3
     assert sp.hit_bytes().dtype == np.int64 and sp.hit_bytes().shape == (2, 2)
 
 
