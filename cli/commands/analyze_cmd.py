@@ -42,6 +42,7 @@ from helm_plan.config import load_plan
 from helm_plan.errors import ConfigError
 from helm_plan.report import REPORT_NAME, STORE_NAME
 from helm_plan.report.html import pct_text
+from helm_plan.report.summary import headroom_text
 from helm_plan.rundir import RECORD
 
 #: Files `analyze` writes into its run directory (docs/summary-schema.md).
@@ -74,9 +75,7 @@ def headline_table(res: analyze.AnalyzeResult) -> Table:
         if g["nodes"] is None:
             t.add_row(f"{g['gpu']}", "no fleet meets the SLO")
             continue
-        room = ("" if g["headroom"] is None else
-                f", headroom +{g['headroom']:.0%}" + ("" if g["headroom_fails_at"] is not None
-                                                       else " or more"))  # fmt: skip
+        room = "" if g["headroom"] is None else f", headroom {headroom_text(g)}"
         mark = " (cheapest)" if g["cheapest"] else ""
         nodes = f"{g['nodes']} node" + ("" if g["nodes"] == 1 else "s")
         t.add_row(f"{g['gpu']}{mark}",

@@ -259,6 +259,18 @@ def planner_rows(run: RunData) -> list[dict[str, Any]]:
     return out
 
 
+def headroom_text(row: dict[str, Any]) -> str:
+    """A :func:`planner_rows` row's headroom as every output shows it (the report's planner
+    table, the CLI's headline table): the search's bracket, the growth that passed and the
+    one that failed, since "+0%" alone reads as none where the fleet may take up to the next
+    step; ``≥`` when nothing failed up to the largest growth tried."""
+    if row["headroom"] is None:
+        return "–"
+    if row["headroom_fails_at"] is None:
+        return f"≥ +{row['headroom']:.0%}"
+    return f"+{row['headroom']:.0%} (fails at +{row['headroom_fails_at']:.0%})"
+
+
 def build_summary(run: RunData) -> dict[str, Any]:
     """The summary.json object (key order is part of the schema)."""
     m = run.meta

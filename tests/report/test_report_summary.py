@@ -198,3 +198,32 @@ def test_a_run_with_no_tables_summarises_to_nones():
         "Deploy r = 0.60, the middle of the flat band (band [0.40, 0.80]): every r in it is "
         "within 2% of the best P99; the argmin r = 0.50 sits near its edge."
     ]
+
+
+def test_headroom_text_is_the_bracket_and_the_cli_shows_the_reports():
+    """The headroom as the search found it: "+0%" alone read as none where the fleet takes up
+    to the next step (the demo's one h100 printed "headroom +0%" for a bracket [0, 25%)). The
+    CLI's headline table and the report's planner table print one text."""
+    from types import SimpleNamespace
+
+    from helm_plan_cli.commands.analyze_cmd import headline_table
+    from rich.console import Console
+
+    from helm_plan.report.sections.summary import planner_table
+    from helm_plan.report.summary import headroom_text, planner_rows
+
+    def row(lo, hi):
+        return {"headroom": lo, "headroom_fails_at": hi}
+
+    assert headroom_text(row(0.0, 0.25)) == "+0% (fails at +25%)"
+    assert headroom_text(row(0.5, None)) == "≥ +50%"  # nothing failed up to the largest growth
+    assert headroom_text(row(None, None)) == "–"
+    run = make_fleet_run()  # growth 25% passes, 31.25% fails
+    (r,) = [g for g in planner_rows(run) if g["headroom"] is not None]
+    assert headroom_text(r) == "+25% (fails at +31%)" and "+25% (fails at +31%)" in planner_table(
+        run
+    )
+    console = Console(width=300, record=True)
+    res = SimpleNamespace(summary=build_summary(run), out_dir="run", stages=[], report_path="r")
+    console.print(headline_table(res))
+    assert f"headroom {headroom_text(r)}" in console.export_text()

@@ -4,19 +4,10 @@ and the run's setting (the traffic model, the SLO and the pool, each with its so
 from __future__ import annotations
 
 import html
-from typing import Any
 
 from helm_plan.report.page import Page, f_fixed, f_gib, f_num, f_pct, f_text, table
 from helm_plan.report.store import RunData
-from helm_plan.report.summary import headline, planner_rows, stats_dict, verdict
-
-
-def _headroom(r: dict[str, Any]) -> str:
-    if r["headroom"] is None:
-        return "–"
-    if r["headroom_fails_at"] is None:
-        return f"≥ +{r['headroom']:.0%}"
-    return f"+{r['headroom']:.0%} (fails at +{r['headroom_fails_at']:.0%})"
+from helm_plan.report.summary import headline, headroom_text, planner_rows, stats_dict, verdict
 
 
 def planner_table(run: RunData) -> str:
@@ -30,7 +21,7 @@ def planner_table(run: RunData) -> str:
         r["fleet"] = (f"{r['nodes']} × {r['gpu']}" if r["nodes"] is not None
                       else f"none up to {run.meta.get('capacity_max_nodes')}")  # fmt: skip
         r["how"] = f"{r['policy']} behind {r['router']}" if r["policy"] else "–"
-        r["room"] = _headroom(r)
+        r["room"] = headroom_text(r)
         lb = "≥ " if r["max_qps_lower_bound"] else ""
         r["qps"] = "–" if r["max_qps_per_gpu"] is None else f"{lb}{r['max_qps_per_gpu']:,.0f}"
         r["policy"] = "cheapest" if r["cheapest"] else ""
