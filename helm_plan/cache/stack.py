@@ -384,9 +384,9 @@ def rebuild_tree(tree, item_at, k, m, kb, weighted):
             tree[j] += tree[i]
 
 
-@nb.njit(cache=True)
-def compact(tree, item_at, last, pos, m, kb, weighted):
-    """Renumber live marks to slots 0..live-1 in order and rebuild the tree (weights = sizes)."""
+@nb.njit(cache=True, inline="always")
+def _renumber(item_at, last, pos):
+    """Move the live marks of slots 0..pos-1 to slots 0..live-1, in order; returns live."""
     k = 0
     for p in range(pos):
         x = item_at[p]
@@ -394,6 +394,13 @@ def compact(tree, item_at, last, pos, m, kb, weighted):
             item_at[k] = x
             last[x] = k
             k += 1
+    return k
+
+
+@nb.njit(cache=True)
+def compact(tree, item_at, last, pos, m, kb, weighted):
+    """Renumber live marks to slots 0..live-1 in order and rebuild the tree (weights = sizes)."""
+    k = _renumber(item_at, last, pos)
     rebuild_tree(tree, item_at, k, m, kb, weighted)
     return k
 
@@ -431,13 +438,7 @@ def _rows_flip(tree, bits, p, v):
 @nb.njit(cache=True)
 def compact_rows(tree, bits, item_at, last, pos):
     """:func:`compact` of a one-size pass: slots 0..live-1 marked, the block tree rebuilt."""
-    k = 0
-    for p in range(pos):
-        x = item_at[p]
-        if x >= 0:
-            item_at[k] = x
-            last[x] = k
-            k += 1
+    k = _renumber(item_at, last, pos)
     for p in range(k, item_at.shape[0]):
         item_at[p] = -1
     nb_ = bits.shape[0]
