@@ -324,7 +324,7 @@ def _compact(tree, item_at, tkey, tval, pos, m, kb):
             item_at[k] = x
             tval[_find(tkey, x)] = k
             k += 1
-    rebuild_tree(tree, item_at, k, m, kb, True)
+    rebuild_tree(tree, item_at, k, m, kb)
     return k
 
 

@@ -47,8 +47,9 @@ counts rows: a bit per slot and an int32 tree over blocks of 64 slots, so a
 distance is a walk over ``M / 64`` blocks plus a popcount of the marks above
 the slot in its own block (the same count as a tree over the slots, in
 three fewer levels per walk and a tree 64x smaller; the controller's ghost
-is such a pass), and the bin is a table lookup. :class:`StackPass` keeps the state between chunks so a
-stream is consumed as it is generated (:mod:`helm_plan.cache.embstream`).
+is such a pass), and the bin is a table lookup. :class:`StackPass` keeps the
+state between chunks so a stream is consumed as it is generated
+(:mod:`helm_plan.cache.embstream`).
 """
 
 from __future__ import annotations
@@ -371,14 +372,15 @@ def grid_bin(grid, d):
 
 
 @nb.njit(cache=True, inline="always")
-def rebuild_tree(tree, item_at, k, m, kb, weighted):
-    """Clear slots k..m-1 and rebuild the tree over the live slots 0..k-1 in O(m)."""
+def rebuild_tree(tree, item_at, k, m, kb):
+    """Clear slots k..m-1 and rebuild the tree over the live slots 0..k-1 (marked with their
+    bytes) in O(m)."""
     for p in range(k, m):
         item_at[p] = -1
     tree[:] = 0
     for i in range(1, m + 1):  # each node passes its sum on to its parent
         if i <= k:
-            tree[i] += kb[item_at[i - 1]] if weighted else 1
+            tree[i] += kb[item_at[i - 1]]
         j = i + (i & (-i))
         if j <= m:
             tree[j] += tree[i]
@@ -398,10 +400,11 @@ def _renumber(item_at, last, pos):
 
 
 @nb.njit(cache=True)
-def compact(tree, item_at, last, pos, m, kb, weighted):
-    """Renumber live marks to slots 0..live-1 in order and rebuild the tree (weights = sizes)."""
+def compact(tree, item_at, last, pos, m, kb):
+    """Renumber live marks to slots 0..live-1 in order and rebuild the tree (weights = sizes;
+    a one-size pass compacts with :func:`compact_rows`)."""
     k = _renumber(item_at, last, pos)
-    rebuild_tree(tree, item_at, k, m, kb, weighted)
+    rebuild_tree(tree, item_at, k, m, kb)
     return k
 
 
@@ -511,7 +514,7 @@ def _exact_feed(
                 total -= wt
             if pos == m:
                 if weighted:
-                    pos = compact(tree, item_at, last, pos, m, kb, weighted)
+                    pos = compact(tree, item_at, last, pos, m, kb)
                 else:
                     pos = compact_rows(tree, bits, item_at, last, pos)
             if weighted:
@@ -545,7 +548,7 @@ def _distances_kernel(ids, n_ids, kb, out):
             item_at[p] = -1
             total -= b
         if pos == m:
-            pos = compact(tree, item_at, last, pos, m, kb, True)
+            pos = compact(tree, item_at, last, pos, m, kb)
         fw_add(tree, m, pos, b)
         item_at[pos] = x
         last[x] = pos
