@@ -372,18 +372,24 @@ def grid_bin(grid, d):
 
 
 @nb.njit(cache=True, inline="always")
+def fw_build(tree, n):
+    """Make ``tree[1..n]``, holding each slot's own value, its Fenwick tree in O(n)."""
+    for i in range(1, n + 1):  # each node passes its sum on to its parent
+        j = i + (i & (-i))
+        if j <= n:
+            tree[j] += tree[i]
+
+
+@nb.njit(cache=True, inline="always")
 def rebuild_tree(tree, item_at, k, m, kb):
     """Clear slots k..m-1 and rebuild the tree over the live slots 0..k-1 (marked with their
     bytes) in O(m)."""
     for p in range(k, m):
         item_at[p] = -1
     tree[:] = 0
-    for i in range(1, m + 1):  # each node passes its sum on to its parent
-        if i <= k:
-            tree[i] += kb[item_at[i - 1]]
-        j = i + (i & (-i))
-        if j <= m:
-            tree[j] += tree[i]
+    for i in range(k):
+        tree[i + 1] = kb[item_at[i]]
+    fw_build(tree, m)
 
 
 @nb.njit(cache=True, inline="always")
@@ -444,19 +450,15 @@ def compact_rows(tree, bits, item_at, last, pos):
     k = _renumber(item_at, last, pos)
     for p in range(k, item_at.shape[0]):
         item_at[p] = -1
-    nb_ = bits.shape[0]
     tree[:] = 0
-    for i in range(1, nb_ + 1):  # block i-1 holds min(64, k - 64 (i-1)) marks, from slot 0 up
-        lo = (i - 1) * 64
-        n = k - lo if k - lo < 64 else 64
+    for b in range(bits.shape[0]):  # block b holds min(64, k - 64 b) marks, from slot 0 up
+        n = k - 64 * b if k - 64 * b < 64 else 64
         if n <= 0:
-            bits[i - 1] = 0
+            bits[b] = 0
         else:
-            bits[i - 1] = ~np.uint64(0) if n == 64 else (_ONE << np.uint64(n)) - _ONE
-            tree[i] += n
-        j = i + (i & (-i))
-        if j <= nb_:
-            tree[j] += tree[i]
+            bits[b] = ~np.uint64(0) if n == 64 else (_ONE << np.uint64(n)) - _ONE
+            tree[b + 1] = n
+    fw_build(tree, bits.shape[0])
     return k
 
 
