@@ -155,6 +155,11 @@ CASES = {
             "| ghost EMB curves, stack kept from window to window |",
         ),
     ),
+    "bench_ghost_sample": Case(
+        "bench_ghost_sample",
+        "--requests 2000 --keys 16384,8192",
+        ("| 16,384 (default) |", "| exact ghost s (peer) | ratio |"),
+    ),
     "bench_ingest": Case(
         "bench_ingest",
         "--repeat 1",

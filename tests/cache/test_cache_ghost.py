@@ -27,6 +27,7 @@ from helm_plan.cache.ghost import (
     NO_GAINS,
     Ghost,
     GhostCurves,
+    _sample_stream,
     gains,
     sample_plan,
     share_grid,
@@ -128,12 +129,15 @@ def _wide_workload():
     return core.Workload.of(A.from_table(t), model)
 
 
-def test_sampled_ghost_tracks_the_exact_one():
-    """SHARDS at R = 1/4 of the item keys (the 50-row table whole) against the exact ghost."""
+@pytest.mark.parametrize("rate", [None, 0.25])
+def test_sampled_ghost_tracks_the_exact_one(rate):
+    """SHARDS against the exact ghost (``rate=1``): at the default rate (EXACT_KEYS of the
+    ~43k keys) and at R = 1/4 of the item keys; the 50-row table whole either way."""
     wl = _wide_workload()
-    assert wl.n_keys < EXACT_KEYS  # so the default ghost is the exact one
-    exact, sampled = Ghost(wl, 8 * 40_000, 4), Ghost(wl, 8 * 40_000, 4, rate=0.25)
-    assert exact.rate == 1.0 and sampled.rate == 0.25
+    assert wl.n_keys > EXACT_KEYS  # so the default ghost samples
+    exact, sampled = Ghost(wl, 8 * 40_000, 4, rate=1.0), Ghost(wl, 8 * 40_000, 4, rate=rate)
+    assert exact.rate == 1.0
+    assert sampled.rate == (0.25 if rate else pytest.approx(EXACT_KEYS / wl.n_keys))
     n_comp = np.full(1000, 64, np.int64)
     for s in range(0, 4000, 1000):
         idx = np.arange(s, s + 1000)
@@ -289,3 +293,31 @@ def test_gains_of_an_empty_window_and_of_no_split():
             gains(_curves(), 0.3, delta, 1.0, 1.0)
         assert e.value.hint == "pass e.g. 0.05"
     assert gains(_curves(), 0.5, 0.999, 1.0, 1.0).emb_gain_up == pytest.approx(750 / 2000)
+
+
+@pytest.mark.parametrize("one_size", [False, True])
+def test_sample_stream_equals_the_brute_force_filter(one_size):
+    """The compiled filter against numpy: the sampled accesses as tracked ids, each request's
+    offsets into them and its exact lookup bytes (every key one size, or per key)."""
+    rng = np.random.default_rng(4)
+    n_keys = 500
+    dense = np.full(n_keys, -1, np.int32)
+    picked = np.flatnonzero(rng.random(n_keys) < 0.3)
+    dense[picked] = np.arange(len(picked), dtype=np.int32)
+    kb = np.full(n_keys, 24, np.int64) if one_size else rng.integers(1, 100, n_keys)
+    counts = rng.integers(0, 40, 60)
+    counts[[3, 17]] = 0  # requests without lookups
+    offs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    ids = rng.integers(0, n_keys, offs[-1]).astype(np.int64)
+    out = np.empty(len(ids), np.int32)
+    out_offs = np.empty(len(offs), np.int64)
+    look = np.empty(len(offs) - 1, np.int64)
+    n = _sample_stream(ids, offs, dense, kb, 24 if one_size else 0, out, out_offs, look)
+    keep = dense[ids] >= 0
+    np.testing.assert_array_equal(out[:n], dense[ids][keep])
+    np.testing.assert_array_equal(
+        np.diff(out_offs), np.add.reduceat(keep, offs[:-1]) * (counts > 0)
+    )
+    np.testing.assert_array_equal(
+        look, [kb[ids[a:b]].sum() for a, b in zip(offs[:-1], offs[1:], strict=True)]
+    )
