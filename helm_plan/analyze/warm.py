@@ -8,9 +8,9 @@ compiles the curves', the oracle's and the controller's kernels in turn while th
 idle (numba compiles lazily, per process).
 
 :func:`ahead` starts one ``spawn`` process that runs the stages' own library calls on a
-few seconds of the same trace while the driver compiles its first node replays: the
-cluster simulator under every router the plan compares (the workers' first need), then the
-controller's step, the oracle, the policies and the curves (see :func:`warm`). Each
+few seconds of the same trace while the driver compiles the cluster kernel (the plan's
+first simulation): the controller's step and the curves, then the cluster simulator under
+every router the plan compares, the oracle and the policies (see :func:`warm`). Each
 kernel it compiles lands in numba's on-disk cache (``cache=True``), where the run's own
 first call of it loads it instead of compiling it; one still being compiled when the run
 reaches it is compiled by the run as before. Nothing else is kept: the process writes no
@@ -48,9 +48,9 @@ LEFT_TO_RUN = ("helm_plan.plan.dense.", "helm_plan.plan.routed.")
 """Modules whose kernels the run compiles itself: those that build the plan's scaled and
 routed traces (each under 0.5 s to compile; warming them would need the plan's own inputs)."""
 NICE = 10
-"""The background process's niceness above the run's once the cluster kernels are compiled:
-the workers wait for those, and after them it takes only the cores the run leaves idle
-(while the plan's workers run, it would slow them as much as it gains)."""
+"""The background process's niceness above the run's once the routers' rules are compiled:
+the plan's workers wait for those, and after them it takes only the cores the run leaves
+idle (while the plan's workers run, it would slow them as much as it gains)."""
 
 _running: list[Any] = []  # the process this process started, while it runs (spawn_worker)
 
@@ -96,12 +96,15 @@ def warm(trace_path: str, cfg: AnalyzeConfig, nice: int = 0) -> None:
     body; callable in-process, where it only costs the time). ``nice``: added to this
     process's niceness once the cluster kernels are compiled.
 
-    The run compiles its first node replays itself meanwhile; after them come the cluster
-    simulator (the workers' first fleets), then, once the plan is done, the curves beside
-    the oracle and last the policies. So the cluster kernels come first here, and the rest
-    in the reverse of the run's order, down to the curves' passes (KV, then EMB): where this
-    process and the run meet, each has compiled what the other needs next, instead of both
-    compiling the same kernel.
+    The run's first simulation (the plan's start factor, a one-node fleet) compiles the
+    cluster kernel meanwhile, and with it the request kernel every simulator shares
+    (``serve_request``); then come the plan's fleets behind each router, and once the plan
+    is done the curves, the oracle (the node replay) and the policies (the controller).
+    So the kernels that share nothing with the cluster kernel come first here (the
+    controller's step, the curves' passes), and only then what builds on it (the routers'
+    rules, the node replay), by when the run has cached it: the two processes never
+    compile the same kernel at once (when they did, the cluster kernel here and the node
+    replay there, each compiled ``serve_request``).
     """
     from helm_plan.analyze.policies_stage import stage_policies
     from helm_plan.analyze.stages import stage_curves, stage_oracle
@@ -119,17 +122,17 @@ def warm(trace_path: str, cfg: AnalyzeConfig, nice: int = 0) -> None:
     )  # fmt: skip
     node = cfg.node_config(resolve_slo_ms(ctx.model, cfg.slo_ms))
     oracle = cfg.oracle_config()
-    if cfg.capacity:  # the workers' first fleets: the load curve's router and the plan's
+    Controller.load(DEFAULT_PATH).step(np.zeros(N_FEATURES), None)
+    # its KV pass before its EMB ones: the run starts with the EMB pass, so where the two
+    # meet here they compile different kernels
+    stage_curves(ctx, cfg.curves_config(), kv_first=True)
+    if cfg.capacity:  # the plan's fleets: the load curve's router and the plan's
         for router in dict.fromkeys((LOAD_CURVE_ROUTER, *cfg.routers)):
             run_point(ctx, ClusterConfig(nodes=2, router=router, node=node), "static:0.5", oracle)
     if nice:
         os.nice(nice)
-    Controller.load(DEFAULT_PATH).step(np.zeros(N_FEATURES), None)
     labels = stage_oracle(ctx, node, oracle)
     stage_policies(ctx, node, oracle, labels, n_boot=10, confidence=cfg.confidence, seed=cfg.seed)
-    # its KV pass before its EMB ones: the run starts with the EMB pass, so where the two
-    # meet here they compile different kernels
-    stage_curves(ctx, cfg.curves_config(), kv_first=True)
 
 
 def _main(trace_path: str, cfg: AnalyzeConfig) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from helm_plan.arrays import TraceArrays
-from helm_plan.cluster import ClusterConfig
+from helm_plan.cluster import ClusterConfig, simulate_cluster
 from helm_plan.config import require_positive, require_range
 from helm_plan.exec import Executor, Progress, SerialExecutor
 from helm_plan.latency.model import LatencyModel
@@ -27,7 +27,7 @@ from helm_plan.plan.dense import scale_arrays
 from helm_plan.plan.evaluate import meets
 from helm_plan.plan.scale import MAX_FACTOR
 from helm_plan.profiles import GpuProfile, LatencyProfile, ModelProfile
-from helm_plan.sim import NodeConfig, prepare_context, simulate_node
+from helm_plan.sim import NodeConfig, prepare_context
 
 LOAD_CURVE_ROUTER = "round-robin"
 """The router of the load curve's one-node fleets (with one node every router sends it every
@@ -124,10 +124,15 @@ def start_factor(s: LoadSetup, target_utilisation: float = 0.8) -> float:
 
     Utilisation is measured once at factor 1 with an even split (work per
     request = service time / batch size, over ``slots`` streams); load scales it
-    about linearly, which is all a starting point needs.
+    about linearly, which is all a starting point needs. The node is served as the
+    load points serve it, a one-node fleet (the same figures as
+    :func:`helm_plan.sim.simulate_node`,
+    tested in ``tests/cluster``): a plan's first simulation then compiles the cluster
+    kernel its load points and fleets run, not the node replay as well.
     """
     ctx, _ = _context(s, 1.0)
-    res = simulate_node(ctx, 0.5, s.node)
+    res = simulate_cluster(ctx, 0.5, ClusterConfig(nodes=1, router=LOAD_CURVE_ROUTER,
+                                                   node=s.node, seed=s.seed))  # fmt: skip
     work = res.service_s / np.maximum(res.batch_size, 1)
     per_w = np.bincount(res.window_idx, weights=work)
     ts = s.trace.ts_s

@@ -30,7 +30,7 @@ from helm_plan.plan import evaluate, loadcurve
 from helm_plan.plan.loadcurve import LoadPoint, LoadSetup, load_curve, run_point, start_factor
 from helm_plan.plan.scale import MAX_FACTOR
 from helm_plan.profiles import load_gpu, load_model
-from helm_plan.sim import NodeConfig
+from helm_plan.sim import NodeConfig, simulate_node
 
 
 def _setup(slo_ms=3.0):
@@ -324,15 +324,29 @@ def _fake_node(monkeypatch, service_s, batch_size, window_idx):
         seen["factor"] = factor
         return "ctx", None
 
-    def sim(c, r, node):
-        assert c == "ctx" and isinstance(node, SimpleNamespace)
+    def sim(c, r, ccfg):
+        assert c == "ctx" and isinstance(ccfg.node, SimpleNamespace)
+        assert (ccfg.nodes, ccfg.router) == (1, loadcurve.LOAD_CURVE_ROUTER)
         seen["r"] = r
         return SimpleNamespace(service_s=np.array(service_s), batch_size=np.array(batch_size),
                                window_idx=np.array(window_idx))  # fmt: skip
 
     monkeypatch.setattr(loadcurve, "_context", ctx)
-    monkeypatch.setattr(loadcurve, "simulate_node", sim)
+    monkeypatch.setattr(loadcurve, "simulate_cluster", sim)
     return seen
+
+
+def test_start_factor_is_the_node_replays_figure():
+    """The one-node fleet start_factor serves equals the node replay (simulate_node) it
+    replaced: the same busiest window, so the same first load point."""
+    s = _setup()
+    ctx, _ = loadcurve._context(s, 1.0)
+    res = simulate_node(ctx, 0.5, s.node)
+    per_w = np.bincount(res.window_idx, weights=res.service_s / np.maximum(res.batch_size, 1))
+    span = min(s.node.window_s, float(s.trace.ts_s[-1] - s.trace.ts_s[0]))
+    want = min(0.8 / (per_w.max() / (span * s.node.slots)), MAX_FACTOR)
+    assert 1.0 < want < MAX_FACTOR  # a load the node can take several times over
+    assert start_factor(s) == want
 
 
 def test_start_factor_by_hand(monkeypatch):
