@@ -15,7 +15,7 @@
    model shows.
 
 Run: ``python benchmarks/bench_plan.py [--requests N] [--peak-qps Q] [--gpus a,b]
-[--policies ...] [--routers ...] [--slo-ms MS] [--pool-fraction F]``.
+[--policies ...] [--routers ...] [--slo-ms MS] [--pool-fraction F] [--workers K]``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from __future__ import annotations
 import argparse
 import time
 
+import polars as pl
+
+from helm_plan import exec as executors
 from helm_plan.plan import PlanConfig, plan
 from helm_plan.plan import evaluate as plan_evaluate
 from helm_plan.synth import SynthConfig, synthesize
@@ -38,6 +41,12 @@ def main() -> None:
     ap.add_argument("--slo-ms", type=float, default=1.0)
     ap.add_argument("--pool-fraction", type=float, default=0.1)
     ap.add_argument("--load-max-requests", type=int, default=60_000)
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes (1: in this process, the serial figure)",
+    )
     a = ap.parse_args()
     qps = 250.0
     syn = SynthConfig(regime="mixed", qps=qps, duration_s=a.requests / qps, candidates=64,
@@ -57,7 +66,7 @@ def main() -> None:
                      pool_fraction=a.pool_fraction, load_max_requests=a.load_max_requests,
                      n_boot=200)  # fmt: skip
     t0 = time.perf_counter()
-    res = plan(table, cfg)
+    res = plan(table, cfg, executor=executors.local(a.workers))
     wall = time.perf_counter() - t0
     plan_evaluate.run_point = inner
     combos = res.capacity.height
@@ -66,12 +75,14 @@ def main() -> None:
     print("\n| figure | value | peer | ratio |\n|---|---|---|---|")
     rps = sims["requests"] / wall
     print(f"| plan wall, {combos} combinations | {wall:.1f} s | — | — |")
-    print(f"| cluster simulations (search + load curve) | {sims['n']} | — | — |")
-    print(f"| simulated requests per second | {rps:,.0f} | — | — |")
+    if a.workers == 1:  # the count wraps this process's calls: workers' are not seen
+        print(f"| cluster simulations (search + load curve) | {sims['n']} | — | — |")
+        print(f"| simulated requests per second | {rps:,.0f} | — | — |")
     # the issue's configuration at this rate: 1M requests x 48 combinations
     per_combo = wall / combos
     est = per_combo * 48 * (1_000_000 / max(res.scaling.qps_after * syn.duration_s, 1))
-    print(f"| extrapolated: 1M requests, 3 GPUs x 4 policies x 4 routers | {est / 60:.0f} min "
+    print(f"| extrapolated: 1M requests, 3 GPUs x 4 policies x 4 routers, {a.workers} "
+          f"worker(s) | {est / 60:.0f} min "
           f"| target 30 min | {est / 1800:.1f}x |")  # fmt: skip
     ev = res.evaluated
     searched = scanned = 0
@@ -83,6 +94,7 @@ def main() -> None:
         scanned += min(n + 1, cfg.max_nodes)
     print(f"| fleet sizes evaluated by the search | {searched} | linear scan {scanned} | "
           f"{scanned / max(searched, 1):.2f}x fewer |")  # fmt: skip
+    pl.Config.set_tbl_rows(-1)  # every combination
     print("\n" + res.capacity.select("gpu", "policy", "router", "nodes", "p99_ms",
                                      "p99_ms_one_less", "usd_per_million_requests").__str__())  # fmt: skip
     print(res.savings)
