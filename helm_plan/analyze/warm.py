@@ -94,7 +94,7 @@ def _head(trace_path: Path, cfg: AnalyzeConfig) -> Any:
 def warm(trace_path: str, cfg: AnalyzeConfig, nice: int = 0) -> None:
     """Run the stages' library calls on the head of the trace (the background process's
     body; callable in-process, where it only costs the time). ``nice``: added to this
-    process's niceness once the cluster kernels are compiled.
+    process's niceness once the routers' rules are compiled.
 
     The run's first simulation (the plan's start factor, a one-node fleet) compiles the
     cluster kernel meanwhile, and with it the request kernel every simulator shares

@@ -41,9 +41,9 @@ The exact stack over an 8M-key catalogue costs a cache-missing Fenwick tree
 walk per lookup, which made a 340k-request controller run take tens of
 minutes; the sample keeps the tree in cache and the work in proportion to
 ``R`` (error: tested against the exact ghost). The budget, 16,384 keys, is where the
-sample stops paying in accuracy: on ``bench_ghost_sample.py``'s trace (52k keys, 40k
-requests, 10-s windows) the curve's worst error over the grid is 0.3% of the window's
-lookup bytes at 16,384 keys (R = 0.32; 2.0x less ghost time), the same at 32,768 (1.2x),
+sample stops paying in accuracy: on ``benchmarks/bench_ghost_sample.py``'s trace (52k keys,
+40k requests, 10-s windows) the curve's worst error over the grid is 0.3% of the window's
+lookup bytes at 16,384 keys (R = 0.32; 2.6x less ghost time), the same at 32,768 (1.2x),
 but 0.8% at 12,000 and 2.3% at 8,192 (3.2x): a table of 4k keys then falls to a few
 hundred sampled ones.
 

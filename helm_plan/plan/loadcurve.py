@@ -126,9 +126,9 @@ def start_factor(s: LoadSetup, target_utilisation: float = 0.8) -> float:
     request = service time / batch size, over ``slots`` streams); load scales it
     about linearly, which is all a starting point needs. The node is served as the
     load points serve it, a one-node fleet (the same figures as
-    :func:`helm_plan.sim.simulate_node`,
-    tested in ``tests/cluster``): a plan's first simulation then compiles the cluster
-    kernel its load points and fleets run, not the node replay as well.
+    :func:`helm_plan.sim.simulate_node`, tested in ``tests/cluster``): a plan's first
+    simulation then compiles the cluster kernel its load points and fleets run, not the
+    node replay as well.
     """
     ctx, _ = _context(s, 1.0)
     res = simulate_cluster(ctx, 0.5, ClusterConfig(nodes=1, router=LOAD_CURVE_ROUTER,
