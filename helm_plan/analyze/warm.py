@@ -102,9 +102,9 @@ def warm(trace_path: str, cfg: AnalyzeConfig, nice: int = 0) -> None:
     is done the curves, the oracle (the node replay) and the policies (the controller).
     So the kernels that share nothing with the cluster kernel come first here (the
     controller's step, the curves' passes), and only then what builds on it (the routers'
-    rules, the node replay), by when the run has cached it: the two processes never
-    compile the same kernel at once (when they did, the cluster kernel here and the node
-    replay there, each compiled ``serve_request``).
+    rules, the node replay), by when the run has cached it: the two processes compile no
+    kernel twice but the trace context's small ``_kv_peak`` (before, with the cluster kernel
+    here and the node replay there, each compiled ``serve_request``).
     """
     from helm_plan.analyze.policies_stage import stage_policies
     from helm_plan.analyze.stages import stage_curves, stage_oracle
