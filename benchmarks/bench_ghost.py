@@ -28,8 +28,19 @@ from helm_plan import arrays as A
 from helm_plan.cache import core
 from helm_plan.cache.ghost import share_grid
 from helm_plan.cache.stack import WindowedPass, as_sizes, size_plan, stream_sizes, window_hits
-from helm_plan.sim import load_context
+from helm_plan.sim import NodeContext, load_context
 from helm_plan.synth import SynthConfig, synthesize
+
+
+def ghost_node(requests: int) -> tuple[NodeContext, np.ndarray]:
+    """The ghost benchmarks' node: the module docstring's trace of ``requests`` requests and
+    each request's computed tokens under a static split at r = 0.5."""
+    qps = 360.0
+    table = synthesize(SynthConfig(regime="mixed", qps=qps, duration_s=requests / qps,
+                                   items=20_000, candidates=64, seed=1))  # fmt: skip
+    ctx = load_context(table, gpu="a100-80g", model="gr-small", pool_fraction=0.1, seed=1)
+    kv_tokens = core.capacities(0.5, ctx.pool_bytes, ctx.model)[1]
+    return ctx, core.kv_pass(ctx.workload, kv_tokens).n_computed
 
 
 def main() -> None:
@@ -38,13 +49,8 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=2)
     ap.add_argument("--window-s", type=float, default=10.0)
     a = ap.parse_args()
-    qps = 360.0
-    table = synthesize(SynthConfig(regime="mixed", qps=qps, duration_s=a.requests / qps,
-                                   items=20_000, candidates=64, seed=1))  # fmt: skip
-    ctx = load_context(table, gpu="a100-80g", model="gr-small", pool_fraction=0.1, seed=1)
+    ctx, n_comp = ghost_node(a.requests)
     wl = ctx.workload
-    kv_tokens = core.capacities(0.5, ctx.pool_bytes, ctx.model)[1]
-    n_comp = core.kv_pass(wl, kv_tokens).n_computed
     edges = A.window_edges(wl.arrays.ts_s, a.window_s)
     node_of = np.random.default_rng(0).integers(0, a.nodes, wl.arrays.n_requests)
     kb = as_sizes(wl.keys.key_bytes, wl.n_keys)

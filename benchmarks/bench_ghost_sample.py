@@ -2,12 +2,13 @@
 
 Above :data:`helm_plan.cache.ghost.EXACT_KEYS` EMB keys the ghost tracks a hashed sample of
 them (:mod:`helm_plan.cache.ghost`). This measures, on one node serving a synthetic mixed
-trace (``--requests`` at 360 req/s, 20,000 items, 64 candidates, gr-small on a100-80g, the
-pool a tenth of the footprint, 10-s windows, each request's computed tokens those of a
-static split at r = 0.5), the ghost at each budget of ``--keys`` (the default budget first)
-against the exact ghost (``rate=1``, the peer) in the same run, window by window: the ghost's
-seconds, their ratio, and the worst error of the EMB curve over the grid as a share of the
-window's lookup bytes (worst window, and the mean of the windows' worst).
+trace (``bench_ghost.py``'s: ``--requests`` at 360 req/s, 20,000 items, 64 candidates,
+gr-small on a100-80g, the pool a tenth of the footprint, each request's computed tokens those
+of a static split at r = 0.5; 10-s windows), the ghost at each budget of ``--keys`` (the
+default budget first) against the exact ghost (``rate=1``, the peer) in the same run, window
+by window: the ghost's seconds, their ratio, and the worst error of the EMB curve over the
+grid as a share of the window's lookup bytes (worst window, and the mean of the windows'
+worst).
 
 Run: ``python benchmarks/bench_ghost_sample.py [--requests N] [--keys 16384,8192,...]``.
 """
@@ -18,12 +19,10 @@ import argparse
 import time
 
 import numpy as np
+from bench_ghost import ghost_node  # this script's folder is on sys.path
 
 from helm_plan import arrays as A
-from helm_plan.cache import core
 from helm_plan.cache.ghost import EXACT_KEYS, Ghost
-from helm_plan.sim import load_context
-from helm_plan.synth import SynthConfig, synthesize
 
 
 def main() -> None:
@@ -31,12 +30,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=40_000)
     ap.add_argument("--keys", default=f"{EXACT_KEYS},8192,12000,32768")
     a = ap.parse_args()
-    qps = 360.0
-    table = synthesize(SynthConfig(regime="mixed", qps=qps, duration_s=a.requests / qps,
-                                   items=20_000, candidates=64, seed=1))  # fmt: skip
-    ctx = load_context(table, gpu="a100-80g", model="gr-small", pool_fraction=0.1, seed=1)
+    ctx, n_comp = ghost_node(a.requests)  # bench_ghost's node
     wl = ctx.workload
-    n_comp = core.kv_pass(wl, core.capacities(0.5, ctx.pool_bytes, ctx.model)[1]).n_computed
     edges = A.window_edges(wl.arrays.ts_s, 10.0)
     print(f"{wl.arrays.n_requests:,} requests, {len(edges) - 1} windows, {wl.n_keys:,} EMB keys")
     print("| sample budget (keys) | rate | ghost s | exact ghost s (peer) | ratio | worst error "
