@@ -17,6 +17,13 @@ def test_latency_figures_against_numpy():
     assert f.p99_ms == np.percentile(soj, 99) * 1e3
     assert f.p50_ms == np.percentile(soj, 50) * 1e3
     assert f.slo_attainment == np.mean(soj <= 0.02)
+    # both percentiles come from one call: each must still be its own call's figure, bit for
+    # bit, at every size (1 and 2 requests, an odd count) and with ties
+    for n in (1, 2, 3, 7, 100, 3001):
+        for soj in (rng.exponential(0.01, n), np.round(rng.exponential(0.01, n), 3)):
+            f = metrics.latency_figures(soj, slo_ms=20.0)
+            assert (f.p50_ms, f.p99_ms) == (np.percentile(soj, 50) * 1e3,
+                                            np.percentile(soj, 99) * 1e3)  # fmt: skip
 
 
 def test_slo_boundary_counts_as_met():
