@@ -183,6 +183,26 @@ def test_a_one_node_fleet_is_served_alike_behind_every_router(router):
             np.testing.assert_array_equal(getattr(got, f), getattr(want, f))
 
 
+@pytest.mark.parametrize("router", ["jsq", "helm"])
+def test_the_rule_carries_the_type_numba_gives_it(router, monkeypatch):
+    # the kernel's route argument skips numba's typing of it at every window: the type it
+    # carries must be the one numba computes for the plain tuple (a first-class function)
+    from numba.core import types
+
+    from helm_plan.cluster import _kernel, sim
+
+    seen = []
+    real = sim.compiled_rule
+    monkeypatch.setattr(sim, "compiled_rule", lambda r, v: seen.append(real(r, v)) or seen[-1])
+    table = small_table(300, n_users=20, n_items=100, n_candidates=4, rate_qps=300.0, seed=1)
+    ctx = context(table, small_model(layers=1, d_model=8, max_seq_len=64), 30_000)
+    simulate_cluster(ctx, 0.5, ClusterConfig(nodes=2, router=router, node=NodeConfig()))
+    (rule,) = seen
+    want = _kernel.run_window.typeof_pyval(tuple(rule))
+    assert isinstance(want[0], types.FunctionType)
+    assert _kernel.run_window.typeof_pyval(rule) == want == rule.numba_type
+
+
 def test_unknown_router_and_bad_node_count():
     with pytest.raises(ConfigError, match="unknown router 'fastest'"):
         get_router("fastest")
