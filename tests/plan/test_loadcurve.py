@@ -263,6 +263,29 @@ def test_a_failure_below_a_pass_is_not_the_edge(calls):
     assert lc.max_qps["e"] == pytest.approx(QPS_PER_FACTOR * max(f for f in fe if f <= 3.0))
 
 
+def test_a_load_above_a_failing_one_is_not_simulated(monkeypatch, calls):
+    # the plan's three loads (f0/2, f0, 2 f0): the two lowest in one map, then 2 f0 only where
+    # f0 passed; a: passes 1 and 2, so 4 runs (and fails); b: fails at 2 (passes 1), so 4 is
+    # never run; e: fails at 1 but passes at 2, so 4 runs (the edge is above 2); d never passes
+    monkeypatch.setitem(THRESH, "b", 1.5)  # b passes at 1 and fails at 2 here
+    ex = _CountingExecutor()
+    lc = load_curve(_stand_in(), ["a", "b", "e", "d"], [1.0, 2.0, 4.0], refine_steps=6,
+                    max_widen=3, executor=ex)  # fmt: skip
+    assert ex.maps[:2] == [8, 2]  # 4 policies x 2 loads; then 4 for a and e only
+    assert _factors(calls, "a")[:3] == [1.0, 2.0, 4.0]
+    assert _factors(calls, "e")[:3] == [1.0, 2.0, 4.0]
+    fb = _factors(calls, "b")
+    assert fb[:2] == [1.0, 2.0] and 4.0 not in fb and len(fb) == 2 + 6  # bisected (1, 2) at once
+    assert _factors(calls, "d") == [1.0, 2.0, 0.5, 0.25, 0.125]  # halved from the lowest
+    # the same edges, bisected to the same precision, as if every load had been run
+    for p, edge in (("a", 3.0), ("b", 1.5), ("e", 3.0)):
+        best = max(f for f in _factors(calls, p) if f <= edge)
+        assert edge / 2 ** (1 / 64) < best <= edge, p
+        assert lc.max_qps[p] == pytest.approx(QPS_PER_FACTOR * best)
+    assert math.isnan(lc.max_qps["d"])
+    assert lc.points.height == len(calls)
+
+
 @pytest.mark.parametrize(
     ("ts", "want"),
     [
