@@ -97,10 +97,11 @@ def _combos(shared, item: tuple[int, str, tuple[str, ...]]) -> list[Combo]:
     to it: tests/cluster/test_cluster_routers.py checks every registered router), so its
     evaluation is made once per first r tried and shared by the routers that ask again.
     """
-    ctxs, ncfg, cfg, starts, starts_r = shared
+    ctxs, ncfg, cfg, starts, starts_r, ceilings = shared
     gi, spec, routers = item
     out = []
     start, ratio = starts[(gi, spec)], starts_r.get((gi, spec), 0.5)
+    ceiling = ceilings.get((gi, spec), False)
     one_node: dict[float, tuple[Point, tuple[np.ndarray, np.ndarray, float]]] = {}
     for router in routers:
         counts: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
@@ -118,10 +119,10 @@ def _combos(shared, item: tuple[int, str, tuple[str, ...]]) -> list[Combo]:
             return pt
 
         s = minimal_nodes(evaluate, start=start, max_nodes=cfg.max_nodes,
-                          check_above=cfg.check_monotone)  # fmt: skip
+                          check_above=cfg.check_monotone, ceiling=ceiling)  # fmt: skip
         out.append(Combo(gi, spec, router, s, counts))
-        if s.nodes is not None:
-            start, ratio = s.nodes, hint[0]
+        if s.nodes is not None:  # the next router starts from an answer, not a bound
+            start, ratio, ceiling = s.nodes, hint[0], False
     return out
 
 
@@ -176,10 +177,14 @@ def plan(
                          [[f0 / 2, f0, f0 * 2] if cfg.load_curve else [f0] for f0 in f0s],
                          refine_steps=cfg.load_refine_steps if cfg.load_curve else 2,
                          executor=ex, progress=progress)  # fmt: skip
-    starts, starts_r = {}, {}
+    starts, starts_r, ceilings = {}, {}, {}
     for gi, lc in enumerate(curves):
         for p in policies:
             starts[(gi, p)] = min(first_guess(scaling.qps_after, lc.max_qps[p]), cfg.max_nodes)
+            # a curve stopped at its request budget still passing gives a lower bound of one
+            # node's capacity, so its guess is a ceiling: searched from below, not galloped
+            # down from (a 1M-request plan guessed 5 nodes where one served it all)
+            ceilings[(gi, p)] = bool(lc.capped.get(p, False))
             r_max = lc.ratio_at_max.get(p, math.nan)
             starts_r[(gi, p)] = r_max if r_max == r_max else 0.5
     routers = tuple(dict.fromkeys(cfg.routers))
@@ -193,7 +198,8 @@ def plan(
     # queued heaviest first (a policy's plan_weight; in order otherwise), so no worker is left
     # with the longest task at the end; the answers are put back in the items' order
     queue = sorted(range(len(items)), key=lambda i: -parse_policy(items[i][1]).plan_weight)
-    got = ex.map(_combos, [items[i] for i in queue], shared=(ctxs, ncfg, cfg, starts, starts_r),
+    got = ex.map(_combos, [items[i] for i in queue],
+                 shared=(ctxs, ncfg, cfg, starts, starts_r, ceilings),
                  progress=progress,
                  label=lambda it: f"{setups[it[0]].gpu.name} {it[1]}")  # fmt: skip
     groups = [got[queue.index(i)] for i in range(len(items))]

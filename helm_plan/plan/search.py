@@ -11,7 +11,9 @@ monotone answer, so a failing ``N + 1`` (or any evaluated size above ``N``
 that failed, or below ``N − 1`` that passed) means "P99 ≤ T" is not monotone
 in N here (routing and per-node caches can do that); it is reported, never
 hidden. With a first guess that is right, the search costs two simulations
-(``N`` passes, ``N − 1`` fails).
+(``N`` passes, ``N − 1`` fails). A guess that is only a ceiling (``ceiling``: one node's
+capacity behind it was a lower bound) is bisected from below instead: galloping down from
+it would simulate every passing size on the way, each a full fleet of the whole trace.
 
 Cost: a fleet of ``N`` GPUs at ``price`` USD per GPU-hour serving ``qps``
 requests per second costs ``N · 24`` GPU-hours per day and
@@ -61,10 +63,14 @@ class Search:
 
 
 def minimal_nodes(
-    evaluate: Callable[[int], Point], *, start: int, max_nodes: int, check_above: bool = True
-) -> Search:
+    evaluate: Callable[[int], Point], *, start: int, max_nodes: int, check_above: bool = True,
+    ceiling: bool = False,
+) -> Search:  # fmt: skip
     """The smallest N with ``evaluate(N).passes`` (see the module docstring); ``check_above``
-    False skips the ``N + 1`` check (a plan checks it where it matters: plan.frontier)."""
+    False skips the ``N + 1`` check (a plan checks it where it matters: plan.frontier).
+    ``ceiling``: ``start`` is an upper bound, not an estimate (it came from a lower bound of
+    one node's capacity), so N is bisected in [1, start] and ``start`` is evaluated only if
+    every size below it fails (then the search gallops up from it as from a failing guess)."""
     require_int("max_nodes", max_nodes, 1)
     start = min(max(int(start), 1), max_nodes)
     seen: dict[int, Point] = {}
@@ -79,7 +85,21 @@ def minimal_nodes(
     # gallop from the first guess (steps 1, 2, 4, ...) so a good guess costs three sizes
     lo, hi = 0, None  # lo fails (0 always "fails"), hi passes
     step = 1
-    if ev(start):
+    if ceiling:
+        # bisect [1, start], start assumed to pass: a passing size is never evaluated above
+        # the answer, and start only where every size below it failed
+        top = start
+        while top - lo > 1:
+            mid = (lo + top) // 2
+            if ev(mid):
+                top = mid
+            else:
+                lo = mid
+        if top < start or ev(top):
+            hi = top
+        else:
+            lo = top  # the bound was wrong: gallop up from it
+    elif ev(start):
         hi = start
         while hi > 1:
             n = max(hi - step, 1)
@@ -89,6 +109,7 @@ def minimal_nodes(
             hi, step = n, step * 2
     else:
         lo = start
+    if hi is None:
         while lo < max_nodes:
             n = min(lo + step, max_nodes)
             if ev(n):

@@ -75,6 +75,7 @@ REQS = {
     3: ([0, 0, 2, 2, 2], [0.01, 0.02, 0.03, 0.0200001, 0.005], 30.0, 0.6),
     4: ([1, 1, 2], [0.02, 0.019, 0.5], 19.0, 0.95),
     5: ([0], [0.001], 1.0, 1.0),
+    6: ([0], [0.001], 1.0, 1.0),
 }
 
 
@@ -112,7 +113,7 @@ def _shared(starts_r=None, max_nodes=6):
     ctxs = [_ctx(n_windows=99), _ctx()]
     starts = {(1, p): 3 for p in ("best-static", "emb-max", "nan-at-4")}
     r = {(1, "best-static"): 0.75, (1, "nan-at-4"): 0.6} if starts_r is None else starts_r
-    return (ctxs, ncfg, cfg, starts, r)
+    return (ctxs, ncfg, cfg, starts, r, {})
 
 
 def _one(shared, gi, spec, router):
@@ -146,8 +147,8 @@ def test_combo_search_counts_and_cluster_config(meets_calls):
 
 
 def test_combo_checks_n_plus_one_when_asked(meets_calls):
-    ctxs, ncfg, cfg, starts, r = _shared()
-    shared = (ctxs, ncfg, dataclasses.replace(cfg, check_monotone=True), starts, r)
+    ctxs, ncfg, cfg, starts, r, ceil = _shared()
+    shared = (ctxs, ncfg, dataclasses.replace(cfg, check_monotone=True), starts, r, ceil)
     combo = _one(shared, 1, "best-static", "jsq")
     assert [c.ccfg.nodes for c in meets_calls] == [3, 4, 5]
     assert [c.hint for c in meets_calls] == [0.75, 0.75, 0.4]
@@ -179,6 +180,22 @@ def test_routers_start_from_the_last_routers_answer(meets_calls):
         ("jsq", 3, 0.75), ("jsq", 4, 0.75), ("helm", 4, 0.4), ("helm", 3, 0.4)]  # fmt: skip
 
 
+def test_a_capped_curve_s_guess_is_a_ceiling_for_the_first_router_only(meets_calls):
+    # every size from 4 passes (REQS); with a ceiling of 6 (a curve stopped at its request
+    # budget: one node's capacity a lower bound) jsq bisects [1, 6] from below: 3 fails, 4
+    # passes, and 6 and 5 are never simulated; helm starts from jsq's answer, galloping down
+    ctxs, ncfg, cfg, _, r, _ = _shared()
+    shared = (ctxs, ncfg, cfg, {(1, "best-static"): 6}, r, {(1, "best-static"): True})
+    got = run._combos(shared, (1, "best-static", ("jsq", "helm")))
+    assert [(c.router, c.search.nodes) for c in got] == [("jsq", 4), ("helm", 4)]
+    assert [(c.ccfg.router, c.ccfg.nodes) for c in meets_calls] == [
+        ("jsq", 3), ("jsq", 4), ("helm", 4), ("helm", 3)]  # fmt: skip
+    # the same guess as an estimate: 6 and 5 pass, 3 fails, then 4
+    meets_calls.clear()
+    got = run._combos(shared[:5] + ({},), (1, "best-static", ("jsq",)))
+    assert [c.ccfg.nodes for c in meets_calls] == [6, 5, 3, 4] and got[0].search.nodes == 4
+
+
 def test_a_one_node_fleet_is_evaluated_once_for_all_routers(monkeypatch):
     # every size from 2 passes; each router's search confirms N = 2 with N - 1 = 1, which is
     # the same fleet behind every router: simulated once per hint, shared by the others
@@ -192,9 +209,9 @@ def test_a_one_node_fleet_is_evaluated_once_for_all_routers(monkeypatch):
                                ratio=0.2 if n >= 2 else 0.1)  # fmt: skip
 
     monkeypatch.setattr(evaluate, "meets", meets)
-    ctxs, ncfg, cfg, starts, _ = _shared()
+    ctxs, ncfg, cfg, starts, _, ceil = _shared()
     starts = {(1, "best-static"): 2}
-    shared = (ctxs, ncfg, cfg, starts, {(1, "best-static"): 0.2})
+    shared = (ctxs, ncfg, cfg, starts, {(1, "best-static"): 0.2}, ceil)
     got = run._combos(shared, (1, "best-static", ("jsq", "helm", "affinity")))
     assert seen == [("jsq", 2, 0.2), ("jsq", 1, 0.2), ("helm", 2, 0.2), ("affinity", 2, 0.2)]
     first = got[0]
@@ -204,7 +221,7 @@ def test_a_one_node_fleet_is_evaluated_once_for_all_routers(monkeypatch):
         assert [a.tolist() for a in c.counts[1][:2]] == [[0, 1, 0, 0], [0, 1, 0, 0]]
     # a different first r is another best-static search: evaluated again
     seen.clear()
-    run._combos((ctxs, ncfg, cfg, {(1, "best-static"): 1}, {(1, "best-static"): 0.7}),
+    run._combos((ctxs, ncfg, cfg, {(1, "best-static"): 1}, {(1, "best-static"): 0.7}, ceil),
                 (1, "best-static", ("jsq", "helm")))  # fmt: skip
     assert seen == [("jsq", 1, 0.7), ("jsq", 2, 0.7), ("helm", 2, 0.2), ("helm", 1, 0.2)]
 
@@ -269,7 +286,8 @@ def stubs(monkeypatch):
             log.lc.append((ls, policies, fs, refine_steps, executor, progress))
             out.append(SimpleNamespace(max_qps={p: MAX_QPS[p] for p in policies},
                                        ratio_at_max={p: RATIO[p] for p in policies
-                                                     if p in RATIO}))  # fmt: skip
+                                                     if p in RATIO},
+                                       capped={p: p == "emb-max" for p in policies}))  # fmt: skip
         return out
 
     def combos(shared, item):
@@ -350,7 +368,7 @@ def test_plan_hands_every_step_its_arguments(stubs):
     assert call.items == [(g, p, ("helm", "jsq")) for g in (0, 1)
                           for p in ("emb-max", "best-static")]  # fmt: skip
     assert call.progress is prog and call.label((1, "emb-max", ("helm",))) == "g1 emb-max"
-    ctxs, ncfg2, cfg2, starts, starts_r = call.shared
+    ctxs, ncfg2, cfg2, starts, starts_r, ceilings = call.shared
     # the contexts are shared before the combos, and the shared view is what is used after
     ((given, view),) = ex.views
     assert ctxs is view and [c.pool_bytes for c in given] == [111, 222]
@@ -361,6 +379,9 @@ def test_plan_hands_every_step_its_arguments(stubs):
     # best-static's r at its maximum load; NaN or none -> 0.5
     assert starts_r == {(0, "emb-max"): 0.5, (0, "best-static"): 0.25, (1, "emb-max"): 0.5,
                         (1, "best-static"): 0.25}  # fmt: skip
+    # a curve stopped at its request budget (emb-max's here): its guess is a ceiling
+    assert ceilings == {(0, "emb-max"): True, (0, "best-static"): False, (1, "emb-max"): True,
+                        (1, "best-static"): False}  # fmt: skip
     assert [it for _, it in stubs.combos] == [(g, p, r) for g, p, rs in call.items for r in rs]
     built = stubs.built
     assert built[0] is cfg and built[1] == ncfg and built[2] is SCALING and built[3] == setups
@@ -394,7 +415,7 @@ def test_plan_slo_max_nodes_and_no_load_curve(stubs):
     # the baseline (best static behind jsq) is planned too, starting where the first policy does
     assert [it for _, it in stubs.combos] == [(0, "emb-max", "jsq"), (0, "kv-max", "jsq"),
                                               (0, "best-static", "jsq")]  # fmt: skip
-    _, _, _, starts, starts_r = stubs.combos[0][0]
+    _, _, _, starts, starts_r, _ = stubs.combos[0][0]
     # emb-max: ceil(100 / 30) = 4, capped at 5; kv-max: NaN max QPS -> 1
     assert starts == {(0, "emb-max"): 4, (0, "kv-max"): 1, (0, "best-static"): 4}
     assert starts_r == {(0, "emb-max"): 0.5, (0, "kv-max"): 0.5}
@@ -405,7 +426,7 @@ def test_plan_caps_the_first_guess_and_uses_default_policies(stubs):
     run.plan("TABLE", cfg)
     assert ("gpu_setups", (cfg, stubs.model), {}) in stubs.calls
     assert stubs.lc[0][0].gpu.name == "auto" and stubs.lc[0][1] == ["best-static", "kv-max"]
-    _, _, _, starts, _ = stubs.combos[0][0]
+    _, _, _, starts, *_ = stubs.combos[0][0]
     assert starts == {(0, "best-static"): 3, (0, "kv-max"): 1}  # ceil(100 / 12.5) = 8 -> 3
     # the baseline is planned already: nothing added
     assert [it for _, it in stubs.combos] == [(0, "best-static", "jsq"), (0, "kv-max", "jsq")]
@@ -418,7 +439,7 @@ def test_plan_baseline_router_added_for_every_gpu(stubs):
     items = [it for _, it in stubs.combos]
     assert items == [(0, "static:0.3", "helm"), (1, "static:0.3", "helm"),
                      (0, "best-static", "jsq"), (1, "best-static", "jsq")]  # fmt: skip
-    _, _, _, starts, _ = stubs.combos[0][0]
+    _, _, _, starts, *_ = stubs.combos[0][0]
     # static:0.3: ceil(100 / 1000) = 1, and the baseline starts there too
     assert starts == {(0, "static:0.3"): 1, (1, "static:0.3"): 1, (0, "best-static"): 1,
                       (1, "best-static"): 1}  # fmt: skip

@@ -113,3 +113,44 @@ def test_first_guess_edges_and_cost_errors():
     # free and sub-dollar GPUs are prices too
     assert cost(2, 0.0, 10.0).usd_per_hour == 0.0
     assert cost(2, 0.5, 10.0).usd_per_hour == 1.0
+
+
+@pytest.mark.parametrize("start", [1, 2, 5, 9, 40])
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 8, 9, 40, 41, 100])
+def test_a_ceiling_is_bisected_from_below(k, start):
+    # start is an upper bound (one node's capacity was a lower bound): the same minimal N as
+    # a linear scan, N - 1 evaluated failing, no size evaluated twice, and start itself only
+    # where every size below it failed or it is the N + 1 check
+    calls = []
+    s = minimal_nodes(_threshold(k, calls), start=start, max_nodes=128, ceiling=True)
+    assert s.nodes == next(n for n in range(1, 129) if n >= k) and not s.non_monotone
+    assert s.at[k].passes and (k == 1 or not s.at[k - 1].passes)
+    assert len(calls) == len(set(calls))
+    if k <= start:
+        assert (start in calls) == (k >= start - 1)
+        assert len(calls) <= math.ceil(math.log2(start)) + 2
+    else:  # the bound was wrong: every size up to start failed, then the gallop up from it
+        i = calls.index(start)
+        assert calls[: i + 1] == sorted(calls[: i + 1]) and not s.at[start].passes
+
+
+def test_a_ceiling_by_hand():
+    # 5 nodes bound one node passing 1M requests: 2 passes, 1 passes; 5 and 4 never run
+    calls = []
+    s = minimal_nodes(_threshold(1, calls), start=5, max_nodes=64, ceiling=True,
+                      check_above=False)  # fmt: skip
+    assert s.nodes == 1 and calls == [2, 1]
+    # the gallop from the same guess: 5, 4, 2, 1
+    calls = []
+    minimal_nodes(_threshold(1, calls), start=5, max_nodes=64, check_above=False)
+    assert calls == [5, 4, 2, 1]
+    # answer 4 below a ceiling of 5: 2 and 3 fail, 4 passes; 5 never runs
+    calls = []
+    s = minimal_nodes(_threshold(4, calls), start=5, max_nodes=64, ceiling=True,
+                      check_above=False)  # fmt: skip
+    assert s.nodes == 4 and calls == [2, 3, 4]
+    # a wrong ceiling: 2, 3, 4 and 5 fail, then up by 1 and 2 from 5 (6 fails, 8 passes), 7
+    calls = []
+    s = minimal_nodes(_threshold(8, calls), start=5, max_nodes=64, ceiling=True,
+                      check_above=False)  # fmt: skip
+    assert s.nodes == 8 and calls == [2, 3, 4, 5, 6, 8, 7]
