@@ -86,8 +86,8 @@ def minimal_nodes(
     lo, hi = 0, None  # lo fails (0 always "fails"), hi passes
     step = 1
     if ceiling:
-        # bisect [1, start], start assumed to pass: a passing size is never evaluated above
-        # the answer, and start only where every size below it failed
+        # bisect [1, start] with start assumed to pass: start itself is simulated only where
+        # every size below it failed (the gallop down would simulate each passing size)
         top = start
         while top - lo > 1:
             mid = (lo + top) // 2
