@@ -82,19 +82,23 @@ def minimal_nodes(
             order.append(seen[n])
         return seen[n].passes
 
+    def bisect(lo: int, hi: int) -> tuple[int, int]:
+        """Narrow a failing ``lo`` and a passing ``hi`` until they are neighbours."""
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if ev(mid):
+                hi = mid
+            else:
+                lo = mid
+        return lo, hi
+
     # gallop from the first guess (steps 1, 2, 4, ...) so a good guess costs three sizes
     lo, hi = 0, None  # lo fails (0 always "fails"), hi passes
     step = 1
     if ceiling:
         # bisect [1, start] with start assumed to pass: start itself is simulated only where
         # every size below it failed (the gallop down would simulate each passing size)
-        top = start
-        while top - lo > 1:
-            mid = (lo + top) // 2
-            if ev(mid):
-                top = mid
-            else:
-                lo = mid
+        lo, top = bisect(0, start)
         if top < start or ev(top):
             hi = top
         else:
@@ -118,12 +122,7 @@ def minimal_nodes(
             lo, step = n, step * 2
     if hi is None:
         return Search(None, tuple(order), False)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ev(mid):
-            hi = mid
-        else:
-            lo = mid
+    lo, hi = bisect(lo, hi)
     if hi > 1:
         ev(hi - 1)  # N − 1 is evaluated and fails (bisection left it at lo = hi − 1)
     if check_above and hi < max_nodes:
