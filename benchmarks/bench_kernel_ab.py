@@ -37,10 +37,33 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNS = ("changing", "changing lazy", "static")
 
 
+def own_data(tree: Path) -> None:
+    """Load the tree's own shipped data packages (its GPU profiles, its report templates).
+
+    An editable install maps ``helm_plan._profiles`` to the installed checkout's folder, so a
+    baseline imported from its own tree would read this tree's profiles (a key it does not
+    know fails it); registering the tree's folders first makes every lookup the tree's own.
+    """
+    import importlib.util
+
+    for package, folder in (("helm_plan._profiles", "profiles"), ("helm_plan._reports", "reports")):
+        init = tree / folder / "__init__.py"
+        if init.exists():
+            spec = importlib.util.spec_from_file_location(
+                package, init, submodule_search_locations=[str(init.parent)]
+            )
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[package] = module
+            spec.loader.exec_module(module)
+
+
 def child(path: str, repeat: int) -> None:
     import hashlib
 
     import numpy as np
+
+    own_data(Path.cwd())  # run() starts a child in the tree it measures
 
     from helm_plan.sim import NodeConfig, load_context, simulate_node
     from helm_plan.sim import step as step_mod

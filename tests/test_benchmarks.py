@@ -299,3 +299,24 @@ def test_benchmark_runs(name: str, scratch: Path) -> None:
     assert out.returncode == 0, shown
     for want in case.expect:
         assert want in out.stdout, f"{want!r} not printed\n{shown}"
+
+
+def test_kernel_ab_baseline_reads_its_own_profiles(scratch: Path) -> None:
+    # a baseline tree imported beside an install of this one read this tree's GPU profiles
+    # (an editable install maps helm_plan._profiles to its checkout): a profile key the
+    # baseline did not know yet failed every A/B against an older revision
+    base = scratch / "baseline"
+    shutil.copytree(REPO / "helm_plan", base / "helm_plan")
+    shutil.copytree(REPO / "profiles", base / "profiles")
+    code = (
+        "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
+        "from bench_kernel_ab import own_data; own_data(Path(sys.argv[2]));"
+        "from helm_plan._data import data_dir; import helm_plan.profiles as p;"
+        "print(data_dir('helm_plan._profiles', 'profiles')); print(p.__file__)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(base)}
+    out = subprocess.run([sys.executable, "-c", code, str(BENCH), str(base)], cwd=base, env=env,
+                         capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    profiles, package = out.stdout.split()
+    assert Path(profiles).resolve() == (base / "profiles").resolve()
+    assert Path(package).resolve().is_relative_to(base.resolve())
