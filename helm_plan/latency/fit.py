@@ -28,7 +28,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import nnls
 
 from helm_plan.errors import HelmPlanError
 from helm_plan.latency.samples import Samples
@@ -73,6 +72,10 @@ def nnls_relative(X: np.ndarray, y: np.ndarray, target: np.ndarray | None = None
             "timings must be finite and positive for the fit",
             hint="rerun the calibration; a timer returned nonsense",
         )
+    # imported here: scipy.optimize takes ~0.4 s to import, and every command (analyze's
+    # first run included) imports this module through the CLI's calibrate defaults
+    from scipy.optimize import nnls
+
     t = y if target is None else target
     A = X / y[:, None]
     scale = np.linalg.norm(A, axis=0)

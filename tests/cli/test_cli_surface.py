@@ -1,9 +1,12 @@
-"""The CLI's surface: --version, flags without a type, one output sink, defaults from configs."""
+"""The CLI's surface: --version, flags without a type, one output sink, defaults from configs,
+what its start-up imports."""
 
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +27,18 @@ from helm_plan.sim import NodeConfig
 
 CLI = REPO / "cli"
 runner = CliRunner()
+
+
+def test_the_cli_starts_without_the_libraries_no_analyze_needs():
+    # every command imports every command module; scipy.optimize (the calibration fit's nnls)
+    # cost ~0.4 s of each start, analyze's first run included, and the others are
+    # bigger: each is imported where a command uses it (a None in sys.modules fails the import)
+    blocked = ("scipy.optimize", "scipy.stats", "torch", "optuna", "ray")
+    code = "; ".join(
+        [f"import sys; sys.modules.update(dict.fromkeys({blocked!r}))", "import helm_plan_cli.app"]
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
 
 
 def test_version_prints_the_package_version():
