@@ -134,6 +134,11 @@ CASES = {
         ("| figure | measured | peer (same run) | ratio | target |", "log:movielens/azure"),
         _datasets,
     ),
+    "bench_guard_risk": Case(
+        "bench_guard_risk",
+        "--seeds 100 --phases 2 --duration-s 2 --trials 0 --json {d}/risk.json",
+        ("| contested-s100 | ", "| setting | worst gain over best static | mean gain |"),
+    ),
     "bench_demo": Case(
         "bench_demo",
         "--cache kept --duration 10",

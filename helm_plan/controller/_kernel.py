@@ -57,14 +57,15 @@ OFF_ST, OFF_G, OFF_CURVE, OFF_LONG, N_CURVE = 21, 22, 23, 24, 25
 OFF_SHIFTS, N_SHIFTS, OFF_DIMS, N_DIMS, OFF_BUF, N_BUF, OFF_W = 26, 27, 28, 29, 30, 31, 32
 TOUCHED = 33  # scratch: the sum step() reads to pull the array into cache (never used)
 OFF_WORST = 34  # the guard's worst curve (its length is N_CURVE)
-N_CONFIG = 35
+OFF_STREAK = 35  # the guard's losing streaks: current, then shortest ended (2 x N_CURVE)
+N_CONFIG = 36
 
 # Guard state and settings slots (guard.Guard's attributes of the same names)
 G_ANCHOR, G_FIXED, G_EVIDENCE, G_FALLBACK, G_HOLD, G_REARM, G_SEEN = 0, 1, 2, 3, 4, 5, 6
 G_DECISIONS, G_OVERRIDES, G_FALLBACK_WINDOWS = 7, 8, 9
 G_ENTER, G_EXIT, G_ALPHA, G_HOLD_WINDOWS, G_REARM_WINDOWS, G_TOL = 10, 11, 12, 13, 14, 15
-G_RISK, G_WORST_AT, G_WORST_N = 16, 17, 18
-N_GUARD = 19
+G_RISK, G_WORST_AT, G_WORST_N, G_RISK_CAP, G_REGIME = 16, 17, 18, 19, 20
+N_GUARD = 21
 
 _jit = nb.njit(cache=True, nogil=True)
 
@@ -193,23 +194,24 @@ def layout(
     n_curve: int, shifts: np.ndarray, Ws: list[np.ndarray], bs: list[np.ndarray]
 ) -> np.ndarray:
     """The controller's one float64 array: settings (with the offsets below), state, guard
-    state, smoothed curve, the guard's mean and worst curves, shifts, layer widths, the layers'
-    outputs, the layers (:func:`pack`). One array so that a decision passes three arguments (the
-    observation, the window's curve, this), the fewest a cold call can unpack."""
+    state, smoothed curve, the guard's mean and worst curves and losing streaks, shifts, layer
+    widths, the layers' outputs, the layers (:func:`pack`). One array so that a decision passes
+    three arguments (the observation, the window's curve, this), the fewest a cold call can
+    unpack."""
     w, dims = pack(Ws, bs)
     n_buf = int(dims[1:].sum())
-    sizes = [N_CONFIG, N_STATE, N_GUARD, n_curve, n_curve, n_curve, len(shifts), len(dims),
-             n_buf, len(w)]  # fmt: skip
+    sizes = [N_CONFIG, N_STATE, N_GUARD, n_curve, n_curve, n_curve, 2 * n_curve, len(shifts),
+             len(dims), n_buf, len(w)]  # fmt: skip
     off = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
     mem = np.zeros(int(off[-1]))
     mem[OFF_ST], mem[OFF_G], mem[OFF_CURVE], mem[OFF_LONG] = off[1], off[2], off[3], off[4]
-    mem[OFF_WORST], mem[N_CURVE] = off[5], n_curve
-    mem[OFF_SHIFTS], mem[N_SHIFTS] = off[6], len(shifts)
-    mem[OFF_DIMS], mem[N_DIMS] = off[7], len(dims)
-    mem[OFF_BUF], mem[N_BUF], mem[OFF_W] = off[8], n_buf, off[9]
-    mem[off[6] : off[7]] = shifts
-    mem[off[7] : off[8]] = dims
-    mem[off[9] :] = w
+    mem[OFF_WORST], mem[OFF_STREAK], mem[N_CURVE] = off[5], off[6], n_curve
+    mem[OFF_SHIFTS], mem[N_SHIFTS] = off[7], len(shifts)
+    mem[OFF_DIMS], mem[N_DIMS] = off[8], len(dims)
+    mem[OFF_BUF], mem[N_BUF], mem[OFF_W] = off[9], n_buf, off[10]
+    mem[off[7] : off[8]] = shifts
+    mem[off[8] : off[9]] = dims
+    mem[off[10] :] = w
     return mem
 
 
@@ -335,7 +337,8 @@ def propose(
 
 @_jit
 def guard_reset(gs: np.ndarray, long: np.ndarray, start: float) -> None:
-    """``Guard.reset``: no evidence, no worst curve, the online anchor back at ``start``."""
+    """``Guard.reset``: no evidence, no worst curve or streaks, the online anchor back at
+    ``start``."""
     gs[G_ANCHOR] = gs[G_FIXED] if gs[G_FIXED] == gs[G_FIXED] else start
     gs[G_EVIDENCE] = gs[G_FALLBACK] = gs[G_HOLD] = gs[G_REARM] = gs[G_SEEN] = 0.0
     gs[G_WORST_N] = 0.0
@@ -349,6 +352,7 @@ def guard_step(
     gs: np.ndarray,
     long: np.ndarray,
     worst: np.ndarray,
+    streak: np.ndarray,
     proposal: float,
     served: float,
     gain: np.ndarray,
@@ -358,7 +362,8 @@ def guard_step(
     """``Guard.step`` (guard.py's docstring): ``proposal`` or the anchor. ``curve`` is the
     smoothed curve (the prediction), ``long`` the mean curve of the online anchor, ``worst``
     each ratio's worst log P99 ratio against the anchor over the windows measured since the
-    anchor was set (the risk)."""
+    anchor was set (the risk), ``streak`` each ratio's current run of windows losing more than
+    the risk margin, then its shortest ended run (inf: none ended)."""
     n = curve.shape[0]
     if has_gain and gs[G_FIXED] != gs[G_FIXED]:  # the online anchor: the mean curve's best
         gs[G_SEEN] += 1.0
@@ -378,13 +383,23 @@ def guard_step(
         # gain[i] - gain[ka] = log(P99 at the anchor / P99 at i) on this window, whatever was
         # served; its minimum over the windows since the anchor was set (an online anchor
         # that moves starts it again)
-        if gs[G_WORST_N] == 0.0 or gs[G_WORST_AT] != a:
-            for i in range(n):
-                worst[i] = gain[i] - gain[ka]
+        fresh = gs[G_WORST_N] == 0.0 or gs[G_WORST_AT] != a
+        for i in range(n):
+            d = gain[i] - gain[ka]
+            if fresh:
+                worst[i], streak[i], streak[n + i] = d, 0.0, math.inf
+            else:
+                worst[i] = _min(worst[i], d)
+            # a run of windows in which ratio i loses more than the margin: how long the
+            # regime that i cannot serve lasted, each time it ended
+            if d < -gs[G_RISK]:
+                streak[i] += 1.0
+            elif streak[i] > 0.0:
+                streak[n + i] = _min(streak[n + i], streak[i])
+                streak[i] = 0.0
+        if fresh:
             gs[G_WORST_AT], gs[G_WORST_N] = a, 1.0
         else:
-            for i in range(n):
-                worst[i] = _min(worst[i], gain[i] - gain[ka])
             gs[G_WORST_N] += 1.0
     pred = curve[grid_k(proposal, n)] - curve[grid_k(a, n)]
     if gs[G_FALLBACK] == 0.0 and gs[G_EVIDENCE] > gs[G_EXIT]:
@@ -399,7 +414,13 @@ def guard_step(
                 gs[G_OVERRIDES] += 1.0
             return a
         gs[G_FALLBACK], gs[G_EVIDENCE] = 0.0, 0.0
-    risky = gs[G_WORST_N] > 0.0 and worst[grid_k(proposal, n)] < -gs[G_RISK]
+    # a ratio that lost more than the cap on a window seen before is never served; one that
+    # lost more than the margin only while it is not losing now and every run of windows in
+    # which it lost lasted at least regime_windows (regimes that long pay for the move)
+    kp = grid_k(proposal, n)
+    risky = False
+    if gs[G_WORST_N] > 0.0 and worst[kp] < -gs[G_RISK]:
+        risky = worst[kp] < -gs[G_RISK_CAP] or streak[kp] > 0.0 or streak[n + kp] < gs[G_REGIME]
     if abs(proposal - a) > 1e-9 and (pred <= gs[G_ENTER] or risky):
         gs[G_OVERRIDES] += 1.0
         return a
@@ -430,6 +451,8 @@ def step(x: np.ndarray, gain: np.ndarray, mem: np.ndarray) -> float:
     long = mem[o : o + n]
     o = int(cf[OFF_WORST])
     worst = mem[o : o + n]
+    o = int(cf[OFF_STREAK])
+    streak = mem[o : o + 2 * n]
     o = int(cf[OFF_SHIFTS])
     shifts = mem[o : o + int(cf[N_SHIFTS])]
     o = int(cf[OFF_DIMS])
@@ -460,7 +483,7 @@ def step(x: np.ndarray, gain: np.ndarray, mem: np.ndarray) -> float:
     k, margin = forward(w, dims, x, buf, int(cf[HOLD_ACTION]))
     out = propose(st, cf, x, shifts, k, margin)
     if cf[GUARD] != 0.0:
-        out = guard_step(gs, long, worst, out, r_now, gain, has_gain, curve)
+        out = guard_step(gs, long, worst, streak, out, r_now, gain, has_gain, curve)
         if out != st[RATIO]:  # overridden: the layers resume from what is served
             st[BASE], st[CORRECTION] = out, 0.0
     st[RATIO] = out

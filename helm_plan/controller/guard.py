@@ -21,12 +21,19 @@ controller from paying for moves the measurements do not back, in two ways:
   prediction clears ``enter_margin`` again (hysteresis: no flapping).
 - **Across regimes** (risk): the guard keeps, for every ratio of the grid, the worst
   ``log(P99 at the anchor / P99 at r)`` over the windows measured since the anchor was
-  set, and refuses a move to a ratio that would have been more than ``risk_margin`` slower
-  than the anchor on any of them. A ratio that wins in the regime of the moment but loses
-  badly in one seen before is where the next regime change finds the node: on the
-  detectability scenario with 5-s phases the controller served ``r = 0`` in a KV-bound phase,
-  the EMB-bound phase that followed ran with no EMB cache, and the trace's P99 was 7.7x best
-  static's (benchmarks/bench_controller.py, ``--contested-phase-s 5``, seed 2).
+  set. A ratio that would have been more than ``risk_margin`` slower than the anchor on one
+  of them is *risky*: it wins in the regime of the moment but loses in one seen before, and
+  the next regime change finds the node there. It is never served when that loss passed
+  ``risk_cap`` (the node would meet the next regime with almost no cache of one kind: on the
+  detectability scenario with 5-s phases the controller served ``r = 0`` in a KV-bound
+  phase, the EMB-bound phase that followed ran with no EMB cache, and the trace's P99 was 7.7x
+  best static's: benchmarks/bench_controller.py, ``--contested-phase-s 5``, seed 2). Under the
+  cap it is served only while it is not losing now and every run of windows in which it lost
+  lasted ``regime_windows`` or more: then regimes last longer than the guard's own cycle
+  (a window to notice the loss, ``hold_windows`` to hold, ``rearm_windows`` to re-arm), and
+  the window lost at the next change is repaid by the windows won until it. With regimes of
+  4 windows a move loses (-12 to -25 % of P99 on the tuning seeds when allowed), with 10 or
+  40 it gains (+23 to +42 %): ``benchmarks/bench_guard_risk.py``.
 
 The prediction and the evidence read the same ghost caches; what neither
 sees (the refill traffic of a move, the EMB traffic a KV miss adds) is why
@@ -44,8 +51,15 @@ from helm_plan.controller.features import CURVE_POINTS, CURVE_TOL, CurveState
 
 _NO_GAIN = np.zeros(0)
 RISK_MARGIN = 0.1
-"""Default ``risk_margin``: a move may cost at most ~10% of P99 (log-ratio 0.1) against the anchor
-on every window measured since the anchor was set."""
+"""Default ``risk_margin``: a move that would have cost more than ~10% of P99 (log-ratio 0.1)
+against the anchor on a window measured since the anchor was set is a risky one."""
+RISK_CAP = 1.0
+"""Default ``risk_cap``: a move that would have cost more than e^1 = 2.7x the anchor's P99 on such
+a window is never served (the 7.7x case lost ~e^2 and more in its windows)."""
+REGIME_WINDOWS = 6
+"""Default ``regime_windows``: a risky move is served only once every run of windows in which it
+lost lasted this long: the guard's own cycle (a window to notice, ``hold_windows`` 3 to hold,
+``rearm_windows`` 2 to re-arm), so a regime that ends sooner cannot repay the move."""
 
 
 class Guard:
@@ -71,6 +85,8 @@ class Guard:
     hold_windows = K.Slot("_s", K.G_HOLD_WINDOWS, int)
     rearm_windows = K.Slot("_s", K.G_REARM_WINDOWS, int)
     risk_margin = K.Slot("_s", K.G_RISK)
+    risk_cap = K.Slot("_s", K.G_RISK_CAP)
+    regime_windows = K.Slot("_s", K.G_REGIME, int)
 
     def __init__(
         self,
@@ -81,21 +97,25 @@ class Guard:
         hold_windows: int = 3,
         rearm_windows: int = 2,
         risk_margin: float = RISK_MARGIN,
-        views: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        risk_cap: float = RISK_CAP,
+        regime_windows: int = REGIME_WINDOWS,
+        views: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> None:
-        # views: where the state, mean and worst curves live (parts of the controller's array:
-        # its compiled step reads them there); else arrays of the guard's own
+        # views: where the state, mean and worst curves and the streaks live (parts of the
+        # controller's array: its compiled step reads them there); else arrays of the guard's own
         if views is None:
-            views = (np.zeros(K.N_GUARD), np.zeros(CURVE_POINTS), np.zeros(CURVE_POINTS))
-        self._s, self._long, self._worst = views
+            n = CURVE_POINTS
+            views = (np.zeros(K.N_GUARD), np.zeros(n), np.zeros(n), np.zeros(2 * n))
+        self._s, self._long, self._worst, self._streak = views
         """State; the mean curve over every window so far (the online anchor's); the worst
-        log P99 ratio against the anchor per ratio (the risk)."""
+        log P99 ratio against the anchor per ratio (the risk); per ratio, its current run of
+        windows losing more than ``risk_margin`` and its shortest ended one."""
         fixed = anchor if anchor is not None and math.isfinite(anchor) else None
         self._s[K.G_FIXED] = float("nan") if fixed is None else fixed
         self.enter_margin, self.exit_margin = enter_margin, exit_margin
         self.evidence_alpha = evidence_alpha
         self.hold_windows, self.rearm_windows = hold_windows, rearm_windows
-        self.risk_margin = risk_margin
+        self.risk_margin, self.risk_cap, self.regime_windows = risk_margin, risk_cap, regime_windows
         self._s[K.G_TOL] = CURVE_TOL
         self.reset()
 
@@ -125,7 +145,7 @@ class Guard:
         """
         has = gain is not None
         g = np.ascontiguousarray(gain, np.float64) if has else _NO_GAIN
-        return K.guard_step(self._s, self._long, self._worst, float(proposal), float(served), g,
+        return K.guard_step(self._s, self._long, self._worst, self._streak, float(proposal), float(served), g,
                             has, curve.curve)  # fmt: skip
 
     @property

@@ -63,7 +63,7 @@ from helm_plan.controller.features import (
     CurveState,
     check_version,
 )
-from helm_plan.controller.guard import RISK_MARGIN, Guard
+from helm_plan.controller.guard import REGIME_WINDOWS, RISK_CAP, RISK_MARGIN, Guard
 from helm_plan.errors import ConfigError, InputFileError
 
 _NO_CURVE = np.zeros(0)
@@ -128,12 +128,18 @@ class RuntimeConfig:
     rearm_windows: int = 2
     """Windows in a row whose prediction clears enter_margin before the guard re-engages."""
     risk_margin: float = RISK_MARGIN
-    """The guard refuses a move to a ratio that would have had a P99 more than this (log-ratio)
-    above the anchor's on any window measured since the anchor was set (guard.py)."""
+    """A move to a ratio that would have had a P99 more than this (log-ratio) above the
+    anchor's on a window measured since the anchor was set is risky (guard.py)."""
+    risk_cap: float = RISK_CAP
+    """The guard never serves a ratio that would have been this much (log-ratio) slower than
+    the anchor on such a window."""
+    regime_windows: int = REGIME_WINDOWS
+    """The guard serves a risky move only when every run of windows in which the ratio lost
+    lasted at least this many windows, and it is not losing now."""
 
     def __post_init__(self) -> None:
         for name in ("hold_margin", "adapter_cap", "adapter_lr", "burst_max_shift", "min_sd",
-                     "enter_margin", "exit_margin", "risk_margin"):  # fmt: skip
+                     "enter_margin", "exit_margin", "risk_margin", "risk_cap"):  # fmt: skip
             if not (getattr(self, name) >= 0.0 and math.isfinite(getattr(self, name))):
                 raise ConfigError(
                     f"{name} must be finite and >= 0, got {getattr(self, name)}",
@@ -145,7 +151,7 @@ class RuntimeConfig:
                     f"{name} must be in [0, 1], got {getattr(self, name)}", hint="pass 0..1"
                 )
         for name in ("calm_windows", "recovery_windows", "max_burst_windows", "hold_windows",
-                     "rearm_windows"):  # fmt: skip
+                     "rearm_windows", "regime_windows"):  # fmt: skip
             if int(getattr(self, name)) < 1:
                 raise ConfigError(
                     f"{name} must be >= 1, got {getattr(self, name)}", hint=f"pass {name} >= 1"
@@ -230,13 +236,16 @@ class Controller:
         self._w = m[int(m[K.OFF_W]) :]
         if "curve" in self.__dict__:  # state made by reset(): point it back into _mem
             self.curve.curve = K.part(m, K.OFF_CURVE, K.N_CURVE)
-            self.guard._s, self.guard._long, self.guard._worst = self._guard_views()
+            (self.guard._s, self.guard._long, self.guard._worst, self.guard._streak) = (
+                self._guard_views()
+            )
 
-    def _guard_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The guard's state, mean curve and worst curve: views of ``_mem``."""
+    def _guard_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The guard's state, mean curve, worst curve and streaks: views of ``_mem``."""
         m = self._mem
         return (K.part(m, K.OFF_G, -K.N_GUARD), K.part(m, K.OFF_LONG, K.N_CURVE),
-                K.part(m, K.OFF_WORST, K.N_CURVE))  # fmt: skip
+                K.part(m, K.OFF_WORST, K.N_CURVE),
+                m[int(m[K.OFF_STREAK]) : int(m[K.OFF_STREAK]) + 2 * int(m[K.N_CURVE])])  # fmt: skip
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # a copy (copy.deepcopy: a cluster copies the policy per node) or an unpickled
@@ -314,8 +323,8 @@ class Controller:
         self._cf[K.GUARD_RESETS] = self.anchor is None  # the first step resets the guard there
         c = self.cfg
         self.guard = Guard(self.anchor, c.enter_margin, c.exit_margin, c.evidence_alpha,
-                           c.hold_windows, c.rearm_windows, c.risk_margin,
-                           views=self._guard_views())  # fmt: skip
+                           c.hold_windows, c.rearm_windows, c.risk_margin, c.risk_cap,
+                           c.regime_windows, views=self._guard_views())  # fmt: skip
         self.latency_ns: list[int] = []
         """Duration of every step() since the last reset, ns (the runtime's own timer)."""
 

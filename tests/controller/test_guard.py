@@ -100,6 +100,38 @@ def test_risk_refuses_a_ratio_that_lost_badly_in_a_window_seen_before():
     assert g.step(0.8, 0.3, a, _smoothed(a)) == 0.8
 
 
+def test_risky_move_waits_for_regimes_that_last_and_the_cap_never_moves():
+    """Hand-worked, anchor 0.3, regime_windows 3: in B, 0.8 is 40% slower than the anchor
+    (risky, under the cap 1.0) and 0.0 is e^1.5 slower (over the cap); in A both are backed by
+    5%. After two B windows, 0.8 is refused in A (B lasted 2 < 3); after three it is served,
+    0.0 never; back in B, 0.8 is losing now and refused even where the curve still backs it."""
+    b = _curve({0.0: -1.5, 0.3: 0.0, 0.8: -0.4, 1.0: -0.4})
+    a = _curve({0.0: 0.05, 0.3: 0.0, 0.8: 0.05, 1.0: 0.0})
+
+    def guard(b_windows: int) -> Guard:
+        g = Guard(anchor=0.3, enter_margin=0.01, risk_margin=0.1, risk_cap=1.0, regime_windows=3)
+        for _ in range(b_windows):
+            assert g.step(0.3, 0.3, b, _smoothed(b)) == 0.3
+        return g
+
+    short = guard(2)
+    assert short.step(0.8, 0.3, a, _smoothed(a)) == 0.3 and short.overrides == 1
+    np.testing.assert_array_equal(short._streak[[80, 181]], [0.0, 2.0])  # B ended after 2
+    g = guard(3)
+    assert g.regime_windows == 3 and g.risk_cap == 1.0
+    assert g.step(0.8, 0.3, a, _smoothed(a)) == 0.8 and g.overrides == 0
+    assert g.step(0.0, 0.8, a, _smoothed(a)) == 0.3 and g.overrides == 1  # over the cap
+    np.testing.assert_array_equal(g._streak[[0, 101, 80, 181]], [0.0, 3.0, 0.0, 3.0])
+    # B again, served at the anchor: 0.8 loses now (a run of 1 under way), the stale smoothed
+    # curve A still backs it, and it is refused
+    assert g.step(0.8, 0.3, b, _smoothed(a)) == 0.3 and g._streak[80] == 1.0
+    # every risky move refused (the rule before regime_windows): a length no run reaches
+    never = Guard(anchor=0.3, enter_margin=0.01, regime_windows=10**6)
+    for _ in range(50):
+        never.step(0.3, 0.3, b, _smoothed(b))
+    assert never.step(0.8, 0.3, a, _smoothed(a)) == 0.3
+
+
 def test_online_anchor_restarts_the_worst_curve_when_it_moves():
     g = Guard(risk_margin=0.1)  # no anchor given
     g.reset(0.5)

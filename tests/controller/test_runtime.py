@@ -201,7 +201,8 @@ DET = {"ewma_alpha": 0.5, "min_sd": 0.25, "cusum_k": 1.0, "cusum_h": 4.0, "z_ent
 
 
 @pytest.mark.parametrize("name", ["hold_margin", "adapter_cap", "adapter_lr", "burst_max_shift",
-                                  "min_sd", "enter_margin", "exit_margin", "risk_margin"])  # fmt: skip
+                                  "min_sd", "enter_margin", "exit_margin", "risk_margin",
+                                  "risk_cap"])  # fmt: skip
 def test_config_nonnegative_fields(name):
     assert getattr(RuntimeConfig(**{name: 0.0}), name) == 0.0  # 0 is allowed
     for bad in (-0.01, math.inf, math.nan):
@@ -230,7 +231,7 @@ def test_config_count_fields(name):
 
 def test_config_fields_and_dict():
     names = config_fields()
-    assert names[:3] == ("hold_margin", "adapter", "adapter_cap") and len(names) == 23
+    assert names[:3] == ("hold_margin", "adapter", "adapter_cap") and len(names) == 25
     d = config_dict(RuntimeConfig(z_exit=1.5))
     assert list(d) == list(names) and d["z_exit"] == 1.5 and d["calm_windows"] == 2
 
