@@ -7,7 +7,7 @@ measured curve averaged over every window so far (an online estimate of the
 best static split). It reads the window's **counterfactual P99 curve**
 (:func:`helm_plan.controller.measure.p99_gain`: ``log(P99 realised / P99 at
 r)`` for every ``r`` of the grid, from the node's ghost caches) and keeps the
-controller from paying for moves the measurements do not back, in two ways:
+controller from paying for moves the measurements do not back, in three ways:
 
 - **Before a move** (prediction): a proposal away from the anchor is served
   only when the smoothed curve predicts that it beats the anchor's P99 by
@@ -31,9 +31,10 @@ controller from paying for moves the measurements do not back, in two ways:
   cap it is served only while it is not losing now and every run of windows in which it lost
   lasted ``regime_windows`` or more: then regimes last longer than the guard's own cycle
   (a window to notice the loss, ``hold_windows`` to hold, ``rearm_windows`` to re-arm), and
-  the window lost at the next change is repaid by the windows won until it. With regimes of
-  4 windows a move loses (-12 to -25 % of P99 on the tuning seeds when allowed), with 10 or
-  40 it gains (+23 to +42 %): ``benchmarks/bench_guard_risk.py``.
+  the window lost at the next change is repaid by the windows won until it. On the tuning
+  seeds of ``benchmarks/bench_guard_risk.py``, such a move with regimes of 4 windows lost 12
+  to 25 % of P99 (a plain margin of 0.5 let it through); with regimes of 10 or 40 windows the
+  rule gains 11 to 42 % over best static.
 
 The prediction and the evidence read the same ghost caches; what neither
 sees (the refill traffic of a move, the EMB traffic a KV miss adds) is why
