@@ -221,7 +221,9 @@ def test_config_unit_fields(name):
         assert e.value.hint == "pass 0..1"
 
 
-@pytest.mark.parametrize("name", ["calm_windows", "recovery_windows", "max_burst_windows"])
+@pytest.mark.parametrize(
+    "name", ["calm_windows", "recovery_windows", "max_burst_windows", "regime_windows"]
+)
 def test_config_count_fields(name):
     assert getattr(RuntimeConfig(**{name: 1}), name) == 1
     with pytest.raises(ConfigError, match=f"{name} must be >= 1, got 0") as e:
