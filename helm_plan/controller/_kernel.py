@@ -57,8 +57,9 @@ OFF_ST, OFF_G, OFF_CURVE, OFF_LONG, N_CURVE = 21, 22, 23, 24, 25
 OFF_SHIFTS, N_SHIFTS, OFF_DIMS, N_DIMS, OFF_BUF, N_BUF, OFF_W = 26, 27, 28, 29, 30, 31, 32
 TOUCHED = 33  # scratch: the sum step() reads to pull the array into cache (never used)
 OFF_WORST = 34  # the guard's worst curve (its length is N_CURVE)
-OFF_STREAK = 35  # the guard's losing streaks: current, then shortest ended (2 x N_CURVE)
-N_CONFIG = 36
+OFF_RUN = 35  # the guard's current losing run per ratio (its length is N_CURVE)
+OFF_SHORTEST = 36  # the guard's shortest ended losing run per ratio (N_CURVE)
+N_CONFIG = 37
 
 # Guard state and settings slots (guard.Guard's attributes of the same names)
 G_ANCHOR, G_FIXED, G_EVIDENCE, G_FALLBACK, G_HOLD, G_REARM, G_SEEN = 0, 1, 2, 3, 4, 5, 6
@@ -194,24 +195,25 @@ def layout(
     n_curve: int, shifts: np.ndarray, Ws: list[np.ndarray], bs: list[np.ndarray]
 ) -> np.ndarray:
     """The controller's one float64 array: settings (with the offsets below), state, guard
-    state, smoothed curve, the guard's mean and worst curves and losing streaks, shifts, layer
+    state, smoothed curve, the guard's mean and worst curves and losing runs, shifts, layer
     widths, the layers' outputs, the layers (:func:`pack`). One array so that a decision passes
     three arguments (the observation, the window's curve, this), the fewest a cold call can
     unpack."""
     w, dims = pack(Ws, bs)
     n_buf = int(dims[1:].sum())
-    sizes = [N_CONFIG, N_STATE, N_GUARD, n_curve, n_curve, n_curve, 2 * n_curve, len(shifts),
-             len(dims), n_buf, len(w)]  # fmt: skip
+    sizes = [N_CONFIG, N_STATE, N_GUARD, n_curve, n_curve, n_curve, n_curve, n_curve,
+             len(shifts), len(dims), n_buf, len(w)]  # fmt: skip
     off = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
     mem = np.zeros(int(off[-1]))
     mem[OFF_ST], mem[OFF_G], mem[OFF_CURVE], mem[OFF_LONG] = off[1], off[2], off[3], off[4]
-    mem[OFF_WORST], mem[OFF_STREAK], mem[N_CURVE] = off[5], off[6], n_curve
-    mem[OFF_SHIFTS], mem[N_SHIFTS] = off[7], len(shifts)
-    mem[OFF_DIMS], mem[N_DIMS] = off[8], len(dims)
-    mem[OFF_BUF], mem[N_BUF], mem[OFF_W] = off[9], n_buf, off[10]
-    mem[off[7] : off[8]] = shifts
-    mem[off[8] : off[9]] = dims
-    mem[off[10] :] = w
+    mem[OFF_WORST], mem[OFF_RUN], mem[OFF_SHORTEST] = off[5], off[6], off[7]
+    mem[N_CURVE] = n_curve
+    mem[OFF_SHIFTS], mem[N_SHIFTS] = off[8], len(shifts)
+    mem[OFF_DIMS], mem[N_DIMS] = off[9], len(dims)
+    mem[OFF_BUF], mem[N_BUF], mem[OFF_W] = off[10], n_buf, off[11]
+    mem[off[8] : off[9]] = shifts
+    mem[off[9] : off[10]] = dims
+    mem[off[11] :] = w
     return mem
 
 
@@ -337,7 +339,7 @@ def propose(
 
 @_jit
 def guard_reset(gs: np.ndarray, long: np.ndarray, start: float) -> None:
-    """``Guard.reset``: no evidence, no worst curve or streaks, the online anchor back at
+    """``Guard.reset``: no evidence, no worst curve or losing runs, the online anchor back at
     ``start``."""
     gs[G_ANCHOR] = gs[G_FIXED] if gs[G_FIXED] == gs[G_FIXED] else start
     gs[G_EVIDENCE] = gs[G_FALLBACK] = gs[G_HOLD] = gs[G_REARM] = gs[G_SEEN] = 0.0
@@ -352,7 +354,8 @@ def guard_step(
     gs: np.ndarray,
     long: np.ndarray,
     worst: np.ndarray,
-    streak: np.ndarray,
+    run: np.ndarray,
+    shortest: np.ndarray,
     proposal: float,
     served: float,
     gain: np.ndarray,
@@ -362,8 +365,8 @@ def guard_step(
     """``Guard.step`` (guard.py's docstring): ``proposal`` or the anchor. ``curve`` is the
     smoothed curve (the prediction), ``long`` the mean curve of the online anchor, ``worst``
     each ratio's worst log P99 ratio against the anchor over the windows measured since the
-    anchor was set (the risk), ``streak`` each ratio's current run of windows losing more than
-    the risk margin, then its shortest ended run (inf: none ended)."""
+    anchor was set (the risk), ``run`` each ratio's current run of windows losing more than the
+    risk margin, ``shortest`` its shortest ended run (inf: none ended)."""
     n = curve.shape[0]
     if has_gain and gs[G_FIXED] != gs[G_FIXED]:  # the online anchor: the mean curve's best
         gs[G_SEEN] += 1.0
@@ -387,16 +390,16 @@ def guard_step(
         for i in range(n):
             d = gain[i] - gain[ka]
             if fresh:
-                worst[i], streak[i], streak[n + i] = d, 0.0, math.inf
+                worst[i], run[i], shortest[i] = d, 0.0, math.inf
             else:
                 worst[i] = _min(worst[i], d)
             # a run of windows in which ratio i loses more than the margin: how long the
             # regime that i cannot serve lasted, each time it ended
             if d < -gs[G_RISK]:
-                streak[i] += 1.0
-            elif streak[i] > 0.0:
-                streak[n + i] = _min(streak[n + i], streak[i])
-                streak[i] = 0.0
+                run[i] += 1.0
+            elif run[i] > 0.0:
+                shortest[i] = _min(shortest[i], run[i])
+                run[i] = 0.0
         if fresh:
             gs[G_WORST_AT], gs[G_WORST_N] = a, 1.0
         else:
@@ -420,7 +423,7 @@ def guard_step(
     kp = grid_k(proposal, n)
     risky = False
     if gs[G_WORST_N] > 0.0 and worst[kp] < -gs[G_RISK]:
-        risky = worst[kp] < -gs[G_RISK_CAP] or streak[kp] > 0.0 or streak[n + kp] < gs[G_REGIME]
+        risky = worst[kp] < -gs[G_RISK_CAP] or run[kp] > 0.0 or shortest[kp] < gs[G_REGIME]
     if abs(proposal - a) > 1e-9 and (pred <= gs[G_ENTER] or risky):
         gs[G_OVERRIDES] += 1.0
         return a
@@ -451,8 +454,10 @@ def step(x: np.ndarray, gain: np.ndarray, mem: np.ndarray) -> float:
     long = mem[o : o + n]
     o = int(cf[OFF_WORST])
     worst = mem[o : o + n]
-    o = int(cf[OFF_STREAK])
-    streak = mem[o : o + 2 * n]
+    o = int(cf[OFF_RUN])
+    run = mem[o : o + n]
+    o = int(cf[OFF_SHORTEST])
+    shortest = mem[o : o + n]
     o = int(cf[OFF_SHIFTS])
     shifts = mem[o : o + int(cf[N_SHIFTS])]
     o = int(cf[OFF_DIMS])
@@ -483,7 +488,7 @@ def step(x: np.ndarray, gain: np.ndarray, mem: np.ndarray) -> float:
     k, margin = forward(w, dims, x, buf, int(cf[HOLD_ACTION]))
     out = propose(st, cf, x, shifts, k, margin)
     if cf[GUARD] != 0.0:
-        out = guard_step(gs, long, worst, streak, out, r_now, gain, has_gain, curve)
+        out = guard_step(gs, long, worst, run, shortest, out, r_now, gain, has_gain, curve)
         if out != st[RATIO]:  # overridden: the layers resume from what is served
             st[BASE], st[CORRECTION] = out, 0.0
     st[RATIO] = out

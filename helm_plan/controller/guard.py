@@ -100,17 +100,16 @@ class Guard:
         risk_margin: float = RISK_MARGIN,
         risk_cap: float = RISK_CAP,
         regime_windows: int = REGIME_WINDOWS,
-        views: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+        views: tuple[np.ndarray, ...] | None = None,
     ) -> None:
-        # views: where the state, mean and worst curves and the streaks live (parts of the
-        # controller's array: its compiled step reads them there); else arrays of the guard's own
+        # views: where the state, the mean and worst curves and the losing runs live (parts of
+        # the controller's array: its compiled step reads them there); else the guard's own
         if views is None:
-            n = CURVE_POINTS
-            views = (np.zeros(K.N_GUARD), np.zeros(n), np.zeros(n), np.zeros(2 * n))
-        self._s, self._long, self._worst, self._streak = views
+            views = (np.zeros(K.N_GUARD), *(np.zeros(CURVE_POINTS) for _ in range(4)))
+        self._s, self._long, self._worst, self._run, self._shortest = views
         """State; the mean curve over every window so far (the online anchor's); the worst
         log P99 ratio against the anchor per ratio (the risk); per ratio, its current run of
-        windows losing more than ``risk_margin`` and its shortest ended one."""
+        windows losing more than ``risk_margin``, and its shortest ended one."""
         fixed = anchor if anchor is not None and math.isfinite(anchor) else None
         self._s[K.G_FIXED] = float("nan") if fixed is None else fixed
         self.enter_margin, self.exit_margin = enter_margin, exit_margin
@@ -146,8 +145,8 @@ class Guard:
         """
         has = gain is not None
         g = np.ascontiguousarray(gain, np.float64) if has else _NO_GAIN
-        return K.guard_step(self._s, self._long, self._worst, self._streak, float(proposal), float(served), g,
-                            has, curve.curve)  # fmt: skip
+        return K.guard_step(self._s, self._long, self._worst, self._run, self._shortest,
+                            float(proposal), float(served), g, has, curve.curve)  # fmt: skip
 
     @property
     def fallback_share(self) -> float:

@@ -236,16 +236,14 @@ class Controller:
         self._w = m[int(m[K.OFF_W]) :]
         if "curve" in self.__dict__:  # state made by reset(): point it back into _mem
             self.curve.curve = K.part(m, K.OFF_CURVE, K.N_CURVE)
-            (self.guard._s, self.guard._long, self.guard._worst, self.guard._streak) = (
-                self._guard_views()
-            )
+            g = self.guard
+            g._s, g._long, g._worst, g._run, g._shortest = self._guard_views()
 
-    def _guard_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The guard's state, mean curve, worst curve and streaks: views of ``_mem``."""
+    def _guard_views(self) -> tuple[np.ndarray, ...]:
+        """The guard's state, mean curve, worst curve and losing runs: views of ``_mem``."""
         m = self._mem
-        return (K.part(m, K.OFF_G, -K.N_GUARD), K.part(m, K.OFF_LONG, K.N_CURVE),
-                K.part(m, K.OFF_WORST, K.N_CURVE),
-                m[int(m[K.OFF_STREAK]) : int(m[K.OFF_STREAK]) + 2 * int(m[K.N_CURVE])])  # fmt: skip
+        curves = (K.OFF_LONG, K.OFF_WORST, K.OFF_RUN, K.OFF_SHORTEST)
+        return (K.part(m, K.OFF_G, -K.N_GUARD), *(K.part(m, o, K.N_CURVE) for o in curves))
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # a copy (copy.deepcopy: a cluster copies the policy per node) or an unpickled

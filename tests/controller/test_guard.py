@@ -116,15 +116,15 @@ def test_risky_move_waits_for_regimes_that_last_and_the_cap_never_moves():
 
     short = guard(2)
     assert short.step(0.8, 0.3, a, _smoothed(a)) == 0.3 and short.overrides == 1
-    np.testing.assert_array_equal(short._streak[[80, 181]], [0.0, 2.0])  # B ended after 2
+    assert (short._run[80], short._shortest[80]) == (0.0, 2.0)  # B ended after 2
     g = guard(3)
     assert g.regime_windows == 3 and g.risk_cap == 1.0
     assert g.step(0.8, 0.3, a, _smoothed(a)) == 0.8 and g.overrides == 0
     assert g.step(0.0, 0.8, a, _smoothed(a)) == 0.3 and g.overrides == 1  # over the cap
-    np.testing.assert_array_equal(g._streak[[0, 101, 80, 181]], [0.0, 3.0, 0.0, 3.0])
+    assert (g._run[0], g._shortest[0], g._run[80], g._shortest[80]) == (0.0, 3.0, 0.0, 3.0)
     # B again, served at the anchor: 0.8 loses now (a run of 1 under way), the stale smoothed
     # curve A still backs it, and it is refused
-    assert g.step(0.8, 0.3, b, _smoothed(a)) == 0.3 and g._streak[80] == 1.0
+    assert g.step(0.8, 0.3, b, _smoothed(a)) == 0.3 and g._run[80] == 1.0
     # every risky move refused (the rule before regime_windows): a length no run reaches
     never = Guard(anchor=0.3, enter_margin=0.01, regime_windows=10**6)
     for _ in range(50):
