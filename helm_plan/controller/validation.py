@@ -21,7 +21,12 @@ Every gain is ``1 − P99 / P99 of the peer`` over the measured windows, with a 
 bootstrap CI over windows (:func:`helm_plan.oracle.sensitivity.adaptivity_ci`). ``|r − r*|``
 is averaged over measured windows whose flat band is narrower than
 :data:`~helm_plan.controller.env.NARROW_BAND` (elsewhere ``r*`` is one arbitrary point of a
-plateau). :func:`format_rows` lays the figures out for a table; :func:`verdict` says in one
+plateau). The label's band spans only the points its search evaluated, so a plateau the search
+hit once looks narrow; the band of those windows is resolved on the ratio lattice
+(:func:`helm_plan.oracle.band.resolve_bands`), and ``|r − band|``, the distance from the
+served r to the nearest r of that band (0 inside it), is averaged over the windows whose
+resolved band is still narrower than ``NARROW_BAND``: the error the controller made, where
+the label's point also charges the width of a plateau. :func:`format_rows` lays the figures out for a table; :func:`verdict` says in one
 sentence whether to deploy the controller or best static.
 """
 
@@ -36,7 +41,13 @@ import numpy as np
 from helm_plan.controller.features import NARROW_BAND
 from helm_plan.controller.policy import ControllerPolicy, HillClimbPolicy, ThresholdPolicy
 from helm_plan.controller.runtime import Controller, RuntimeConfig
-from helm_plan.oracle import OracleConfig, best_static, label_windows
+from helm_plan.oracle import (
+    OracleConfig,
+    best_static,
+    distance_to_band,
+    label_windows,
+    resolve_bands,
+)
 from helm_plan.oracle.sensitivity import adaptivity_ci
 from helm_plan.regimes import RegimeSpan
 from helm_plan.sim.config import NodeConfig
@@ -111,6 +122,12 @@ class TraceValidation:
     abs_dr_narrow: float
     """Mean |r − r*| over measured narrow-band windows (NaN when there is none)."""
     abs_dr_all: float
+    band_windows: int
+    """Measured windows whose flat band, resolved on the lattice, is narrower than NARROW_BAND."""
+    band_dr_narrow: float
+    """Mean distance from r to the resolved flat band over those windows (NaN when none)."""
+    band_probes: int
+    """Window steps the band's resolution evaluated."""
     fallback_share: float
     """Share of decisions the guard spent falling back to the anchor."""
     override_share: float
@@ -180,6 +197,13 @@ def validate(
     ok = (np.arange(len(r_star)) >= m) & np.isfinite(r_star)
     narrow = ok & (flat < NARROW_BAND)
     dr = np.abs(run.ratios - r_star)
+    bands = resolve_bands(ctx, ncfg, lab, ocfg, narrow) if ocfg.warmup == "carry" else None
+    if bands is None:  # window-mode labels: the label's band as it is
+        b_lo, b_hi = lab.table["r_flat_lo"].to_numpy(), lab.table["r_flat_hi"].to_numpy()
+    else:
+        b_lo, b_hi = bands.lo, bands.hi
+    resolved = narrow & (b_hi - b_lo < NARROW_BAND)
+    band_dr = distance_to_band(run.ratios, b_lo, b_hi)
     og = 1.0 - runs["oracle"].p99_ms / base.p99_ms
     cg = 1.0 - run.p99_ms / base.p99_ms
     n_dec = max(int(stats.get("decisions", 0)), 1)
@@ -197,6 +221,9 @@ def validate(
         narrow_windows=int(narrow.sum()),
         abs_dr_narrow=float(dr[narrow].mean()) if narrow.any() else float("nan"),
         abs_dr_all=float(dr[ok].mean()) if ok.any() else float("nan"),
+        band_windows=int(resolved.sum()),
+        band_dr_narrow=float(band_dr[resolved].mean()) if resolved.any() else float("nan"),
+        band_probes=bands.probes if bands is not None else 0,
         fallback_share=stats.get("guard_fallback_windows", 0) / n_dec,
         override_share=stats.get("guard_overrides", 0) / n_dec,
         latency_us=latency_summary(stats.get("decision_latency_ns", [])),
@@ -206,7 +233,7 @@ def validate(
 
 COLUMNS = ("trace", "P99 ms ctrl / static / oracle", "ctrl vs static (95% CI)",
            "oracle gain", "one window late", "captured", "ctrl vs threshold (95% CI)",
-           "|r-r*| narrow (n)", "fallback", "step µs p50/p99 (this run)")  # fmt: skip
+           "|r-r*| narrow (n)", "|r-band| narrow (n)", "fallback", "step µs p50/p99 (this run)")  # fmt: skip
 """The columns of :func:`format_rows`."""
 
 
@@ -221,6 +248,7 @@ def format_rows(vals: list[TraceValidation]) -> list[tuple[str, ...]]:
         p = v.p99_ms
         lat = v.latency_us
         dr = "n/a" if not np.isfinite(v.abs_dr_narrow) else f"{v.abs_dr_narrow:.3f}"
+        bd = "n/a" if not np.isfinite(v.band_dr_narrow) else f"{v.band_dr_narrow:.3f}"
         out.append((
             v.trace,
             f"{p['controller']:.3f} / {p['best-static']:.3f} / {p['oracle']:.3f}",
@@ -231,6 +259,7 @@ def format_rows(vals: list[TraceValidation]) -> list[tuple[str, ...]]:
             v.controller_vs_threshold.text() if np.isfinite(v.controller_vs_threshold.value)
             else "n/a",
             f"{dr} ({v.narrow_windows})",
+            f"{bd} ({v.band_windows})",
             _pct(v.fallback_share),
             f"{lat['median']:.1f} / {lat['p99']:.1f}",
         ))  # fmt: skip

@@ -11,6 +11,7 @@ from test_guard import _actor
 from helm_plan.controller import validation as V
 from helm_plan.controller.policy import ControllerPolicy, ThresholdPolicy
 from helm_plan.oracle import OracleConfig, best_static, label_windows
+from helm_plan.oracle.band import resolve_bands
 from helm_plan.oracle.sensitivity import adaptivity_ci
 from helm_plan.sim import simulate_node
 from helm_plan.sim.policy import SchedulePolicy
@@ -61,9 +62,12 @@ def test_late_schedule_hand_worked():
     assert len(V.late_schedule(np.array([]), 0.4)) == 0
 
 
-def test_narrow_band_distance_and_guard_shares(val):
+@pytest.mark.parametrize("tol", [OCFG.flat_tol, 0.0])  # 0: a narrow window, band resolved
+def test_narrow_band_distance_and_guard_shares(tol):
     ctx = small_ctx()
-    lab = label_windows(ctx, NODE, OCFG)
+    ocfg = OracleConfig(trials=0, flat_tol=tol)
+    val = V.validate(_actor(0.1), ctx, "small", NODE, ocfg, baselines=False)
+    lab = label_windows(ctx, NODE, ocfg)
     flat = lab.table["flatness"].to_numpy()
     w = np.arange(len(lab.r_star))
     ok = (w >= 1) & np.isfinite(lab.r_star)
@@ -75,6 +79,20 @@ def test_narrow_band_distance_and_guard_shares(val):
         assert val.abs_dr_narrow == pytest.approx(d[narrow].mean())
     else:
         assert np.isnan(val.abs_dr_narrow)
+    # the narrow windows' bands resolved on the lattice: r* is in its band, so the distance to
+    # the band is never more than |r - r*|, and 0 where r is in the band
+    bands = resolve_bands(ctx, NODE, lab, ocfg, narrow)
+    assert (bands.probes > 0) == (tol == 0.0)  # this trace's bands are narrow only at tol 0
+    assert np.all(bands.lo[narrow] <= lab.r_star[narrow])
+    assert np.all(lab.r_star[narrow] <= bands.hi[narrow])
+    resolved = narrow & (bands.hi - bands.lo < 0.1)
+    assert val.band_windows == int(resolved.sum()) and val.band_probes == bands.probes
+    b = np.maximum(np.maximum(bands.lo - val.ratios, val.ratios - bands.hi), 0.0)
+    assert np.all(b[narrow] <= d[narrow] + 1e-12)
+    if resolved.any():
+        assert val.band_dr_narrow == pytest.approx(b[resolved].mean())
+    else:
+        assert np.isnan(val.band_dr_narrow)
     # this actor pushes r up 0.1 every window: the guard overrode some of those moves
     assert val.override_share > 0.0
     assert val.latency_us["n"] == val.windows - 1 and val.latency_us["median"] > 0
