@@ -12,7 +12,8 @@ band [0.02, 0.02]; a controller serving 0.07 lost nothing yet counted 0.05 off.
 lattice: it replays the labelled schedule with the carry oracle's node (lazy refill, exactly
 the node each window's search forked, :mod:`helm_plan.oracle.carry`) and, at each chosen
 window, bisects each edge of the label's band between its outermost point inside and the
-nearest grid point outside, each probe one step of a fork of that node, so a probe's P99 is
+nearest evaluated point outside (:meth:`~helm_plan.oracle.labels.Labels.points`: the coarse
+grid of training labels, every point of analyze's; 0 and 1 where none), each probe one step of a fork of that node, so a probe's P99 is
 the one the search would have seen there. The band is the label's: every r whose P99 is within
 ``flat_tol`` of the label's best. Each edge found is a lattice point in the band whose
 neighbour outwards is not; where P99 crosses the tolerance more than once between the two
@@ -84,7 +85,8 @@ def resolve_bands(
     r_star = t["r_star"].to_numpy()
     best_p99 = t["p99_ms"].to_numpy()
     flat_lo, flat_hi = t["r_flat_lo"].to_numpy(), t["r_flat_hi"].to_numpy()
-    grid = np.asarray(sorted({0.0, 1.0, *labels.coarse_grid}), np.float64)
+    pts = labels.points()
+    by_w = dict(zip(*pts.group_by("window").agg("ratio").to_dict().values(), strict=True))
     node = NodeRunner(ctx, dataclasses.replace(ncfg, refill="lazy"))
     lo = np.full(node.n_windows, np.nan)
     hi = np.full(node.n_windows, np.nan)
@@ -101,6 +103,7 @@ def resolve_bands(
                 probes += 1
                 return bool(node.fork().step(x).p99_ms <= limit)
 
+            grid = np.asarray(sorted({0.0, 1.0, *by_w.get(int(t["window"][w]), [])}))
             below, above = grid[grid < flat_lo[w]], grid[grid > flat_hi[w]]
             lo[w] = _edge(flat_lo[w], below[-1], ok, step) if len(below) else flat_lo[w]
             hi[w] = _edge(flat_hi[w], above[0], ok, step) if len(above) else flat_hi[w]

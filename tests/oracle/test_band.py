@@ -10,6 +10,7 @@ one run of ratios, and the label's band wherever nothing was asked.
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 import pytest
 from brute import coeff_latency
 from conftest import small_table
@@ -24,14 +25,16 @@ from helm_plan.sim import NodeConfig, prepare_context, simulate_node
 STEP = 0.05
 
 
-@pytest.fixture(scope="module")
-def case():
+@pytest.fixture(scope="module", params=[True, False], ids=["grid", "bracket"])
+def case(request):
     t = small_table(2400, n_users=150, n_items=4000, max_new=10, n_candidates=24, rate_qps=40.0)
     g, m = load_gpu("a100-80g"), load_model("gr-small")
     ctx = prepare_context(A.from_table(t), g, m, coeff_latency(), pool_fraction=0.15)
     ncfg = NodeConfig(slo_ms=1.0, window_s=10.0, refill="lazy", warmup_windows=0)
-    ocfg = OracleConfig(grid_step=0.5, coarse_step=0.5, ratio_step=STEP, warmup="carry")
-    return ctx, ncfg, ocfg, label_windows(ctx, ncfg, ocfg)
+    ocfg = (OracleConfig(grid_step=0.5, coarse_step=0.5, ratio_step=STEP, warmup="carry")
+            if request.param else OracleConfig(trials=2, ratio_step=STEP, warmup="carry"))  # fmt: skip
+    # grid: training's labels (the coarse grid stored); bracket: analyze's (every point stored)
+    return ctx, ncfg, ocfg, label_windows(ctx, ncfg, ocfg, grid=request.param)
 
 
 def brute_p99(ctx, ncfg, r_star, w, extra):
@@ -59,7 +62,8 @@ def test_resolved_edges_are_the_brute_force_band_edges(case):
     assert np.all(np.isnan(bands.lo[~ask])) and np.all(np.isnan(bands.hi[~ask]))
     widened = 0
     for w in map(int, np.flatnonzero(ask)):
-        lattice, p = brute_p99(ctx, ncfg, r_star, w, (*lab.coarse_grid, lo0[w], hi0[w]))
+        seen = lab.points().filter(pl.col("window") == w)["ratio"].to_list()
+        lattice, p = brute_p99(ctx, ncfg, r_star, w, (*seen, lo0[w], hi0[w]))
         inside = p <= t["p99_ms"][w] * (1 + ocfg.flat_tol)
         k = {round(float(r), 9): i for i, r in enumerate(lattice)}
         lo, hi = k[bands.lo[w]], k[bands.hi[w]]
@@ -77,7 +81,7 @@ def test_resolved_edges_are_the_brute_force_band_edges(case):
         assert (lo, hi) == (run_lo, run_hi)
         widened += (lo, hi) != (k[lo0[w]], k[hi0[w]])
     assert widened >= 1, "no window's band widened: the test would not see a broken search"
-    assert 0 < bands.probes <= 3 * 2 * 4  # two bisections of a 0.5 gap on 0.05 steps each
+    assert 0 < bands.probes <= 3 * 2 * 4  # two bisections of a 0.5 gap on 0.05 steps at most
 
 
 def test_distance_to_band_and_window_labels_refused():
