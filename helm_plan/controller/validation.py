@@ -26,8 +26,9 @@ hit once looks narrow; the band of those windows is resolved on the ratio lattic
 (:func:`helm_plan.oracle.band.resolve_bands`), and ``|r − band|``, the distance from the
 served r to the nearest r of that band (0 inside it), is averaged over the windows whose
 resolved band is still narrower than ``NARROW_BAND``: the error the controller made, where
-the label's point also charges the width of a plateau. :func:`format_rows` lays the figures out for a table; :func:`verdict` says in one
-sentence whether to deploy the controller or best static.
+the label's point also charges the width of a plateau. :func:`format_rows` lays the figures
+out for a table; :func:`verdict` says in one sentence whether to deploy the controller or best
+static.
 """
 
 from __future__ import annotations
@@ -233,7 +234,8 @@ def validate(
 
 COLUMNS = ("trace", "P99 ms ctrl / static / oracle", "ctrl vs static (95% CI)",
            "oracle gain", "one window late", "captured", "ctrl vs threshold (95% CI)",
-           "|r-r*| narrow (n)", "|r-band| narrow (n)", "fallback", "step µs p50/p99 (this run)")  # fmt: skip
+           "|r-r*| narrow (n)", "|r-band| narrow (n)", "fallback",
+           "step µs p50/p99 (this run)")  # fmt: skip
 """The columns of :func:`format_rows`."""
 
 

@@ -13,13 +13,13 @@ lattice: it replays the labelled schedule with the carry oracle's node (lazy ref
 the node each window's search forked, :mod:`helm_plan.oracle.carry`) and, at each chosen
 window, bisects each edge of the label's band between its outermost point inside and the
 nearest evaluated point outside (:meth:`~helm_plan.oracle.labels.Labels.points`: the coarse
-grid of training labels, every point of analyze's; 0 and 1 where none), each probe one step of a fork of that node, so a probe's P99 is
-the one the search would have seen there. The band is the label's: every r whose P99 is within
-``flat_tol`` of the label's best. Each edge found is a lattice point in the band whose
-neighbour outwards is not; where P99 crosses the tolerance more than once between the two
-points, the bisection finds one of the crossings (the oracle's own bracketing assumes the
-same). Carry labels only: window-mode labels start each window from its own warm-up, not from
-a schedule.
+grid of training labels, every point of analyze's; 0 and 1 where none), each probe one step
+of a fork of that node, so a probe's P99 is the one the search would have seen there. The
+band is the label's: every r whose P99 is within ``flat_tol`` of the label's best. Each edge
+found is a lattice point in the band whose neighbour outwards is not; where P99 crosses the
+tolerance more than once between the two points, the bisection finds one of the crossings
+(the oracle's own bracketing assumes the same). Carry labels only: window-mode labels start
+each window from its own warm-up, not from a schedule.
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ def case(request):
     ctx = prepare_context(A.from_table(t), g, m, coeff_latency(), pool_fraction=0.15)
     ncfg = NodeConfig(slo_ms=1.0, window_s=10.0, refill="lazy", warmup_windows=0)
     ocfg = (OracleConfig(grid_step=0.5, coarse_step=0.5, ratio_step=STEP, warmup="carry")
-            if request.param else OracleConfig(trials=2, ratio_step=STEP, warmup="carry"))  # fmt: skip
+            if request.param
+            else OracleConfig(trials=2, ratio_step=STEP, warmup="carry"))  # fmt: skip
     # grid: training's labels (the coarse grid stored); bracket: analyze's (every point stored)
     return ctx, ncfg, ocfg, label_windows(ctx, ncfg, ocfg, grid=request.param)
 
