@@ -58,7 +58,9 @@ def validate(
                                "traces": [v.figures() for v in vals]})  # fmt: skip
         return
     t = Table(title=f"controller {controller}: gains are 1 - P99/P99 of the peer over measured "
-                    f"windows; |r - r*| over windows with a flat band < {NARROW_BAND:g}")  # fmt: skip
+                    f"windows; |r - r*| over windows with a flat band < {NARROW_BAND:g}; "
+                    f"|r - band|: to the nearest r of that band resolved on the lattice, over "
+                    f"the windows it leaves < {NARROW_BAND:g}")  # fmt: skip
     for c in validation.COLUMNS:
         t.add_column(c, justify="left" if c == "trace" else "right")
     for row in validation.format_rows(vals):
