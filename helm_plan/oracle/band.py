@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from helm_plan.errors import ConfigError
+from helm_plan.oracle.carry import _keep
 from helm_plan.oracle.config import OracleConfig
 from helm_plan.oracle.labels import Labels
 from helm_plan.sim.config import NodeConfig
@@ -94,7 +95,7 @@ def resolve_bands(
     for w in range(node.n_windows):
         r = r_star[w]
         if not np.isfinite(r):  # an empty window runs at the current ratio (carry_rows)
-            node.step(node.ratio if node.ratio == node.ratio else 0.0)
+            node.step(_keep(node))
             continue
         if windows[w] and np.isfinite(flat_lo[w]):
 
