@@ -124,11 +124,16 @@ def start_points(ocfg: OracleConfig, grid: bool, prev_r: float | None) -> list[f
 
 def bracket(
     ev: Callable[[list[float]], None], evals: dict[float, Eval], ocfg: OracleConfig,
-    prev_r: float | None,
+    prev_r: float | None, *, one_side: bool = False,
 ) -> None:  # fmt: skip
     """Narrow the evaluated points around the best one (see the module docstring).
 
     ``ev`` evaluates a group of ratios into ``evals`` (a group's points side by side).
+    ``one_side``: each golden step probes one side, the open side whose gap can hold the
+    lowest P99 where P99 is convex (the wider gap on a tie), instead of every open side as
+    one group: for a caller whose runs go one at a time anyway (best static, in the
+    background of the oracle), the other side's probe is often made needless by this one's
+    (a new best moves the bracket).
     """
     step, tol = ocfg.ratio_step or 0.01, ocfg.flat_tol
     left_budget = ocfg.trials
@@ -165,11 +170,19 @@ def bracket(
         fb = p99(i)
         if not (np.isfinite(fb) and np.isfinite(p99(j)) and p99(j) <= fb * (1.0 + tol)):
             return False
+        low = floor(i, j)
+        return low == -np.inf or fb <= (1.0 + tol) * low  # no line: nothing to bound
+
+    def floor(i: int, j: int) -> float:
+        """The lowest P99 the gap between points i and j can hold where P99 is convex: the
+        lines through i and its other neighbour, and through j and the point beyond it,
+        extended into the gap (−inf when neither line exists)."""
+        b, n = rs[i], rs[j]
         lines = [(b, ln) for ln in [line(i, 2 * i - j)] if ln] + [
             (n, ln) for ln in [line(j, 2 * j - i)] if ln
         ]
         if not lines:
-            return True
+            return -np.inf
 
         def low(x: float) -> float:
             return max(v + slope * (x - x0) for x0, (v, slope) in lines)
@@ -181,7 +194,7 @@ def bracket(
                 x = (v1 - v0 + s0 * x0 - s1 * x1) / (s0 - s1)
                 if min(b, n) < x < max(b, n):
                     xs.append(x)
-        return fb <= (1.0 + tol) * min(low(x) for x in xs)
+        return min(low(x) for x in xs)
 
     while left_budget > 0:  # widen while the best is an end of the bracket
         rs, i = best()
@@ -199,7 +212,7 @@ def bracket(
     while left_budget > 0:  # golden steps into every side not settled
         rs, i = best()
         b = rs[i]
-        probes = []
+        probes, sides = [], []
         for j in (i - 1, i + 1):
             if not 0 <= j < len(rs) or settled(i, j):
                 continue
@@ -208,8 +221,11 @@ def bracket(
                 x = snap(b + np.sign(rs[j] - b) * step, step)
             if x not in evals:
                 probes.append(x)
+                sides.append((floor(i, j), -abs(rs[j] - b)))
         if not probes:
             break
+        if one_side:
+            probes = [min(zip(sides, probes, strict=True))[1]]
         probes = probes[:left_budget]
         ev(probes)
         left_budget -= len(probes)

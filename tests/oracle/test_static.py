@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import threading
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ import helm_plan.oracle.static as st
 from helm_plan.exec import SerialExecutor
 from helm_plan.exec.base import Executor
 from helm_plan.oracle.config import OracleConfig
+from helm_plan.oracle.search import bracket
 from helm_plan.sim.config import NodeConfig
 
 NCFG = NodeConfig(window_s=1.0)
@@ -417,3 +419,58 @@ def test_refine_one_step_left_needs_a_gap_above_step_plus_1e_12():
     left = 0.5 - (0.25 + 1e-12)
     assert 0.5 - left == 0.25 + 1e-12
     assert run(left) == []
+
+
+# P99 (ms) of the whole 61,733-request trace of `bench_analyze.py --requests 50000` at the
+# ratios its best-static search evaluated (measured 2026-12-07); linear in between
+MEASURED = [(0.0, 0.8899), (0.09, 0.3849), (0.12, 0.3754), (0.14, 0.3732), (0.23, 0.3761),
+            (0.38, 0.3831), (0.47, 0.3880), (0.62, 0.3959), (1.0, 0.4199)]  # fmt: skip
+
+
+def test_best_static_probes_one_side_at_a_time_worked_by_hand(curve):
+    """From 0, 0.38, 0.62 and 1 the best is 0.38: the left gap's convex floor (the line
+    through 0.38 and 0.62 extended to 0: 0.3628) is lower than the right one's (the line
+    through 0.62 and 1 meets the falling line through 0 and 0.38 at r = 0.3817: 0.3808),
+    so 0.23 goes first; 0.23 is then the best, and 0.38 within 2 % of it, so the right
+    side is settled and its probe (0.47, which probing both sides spends) never runs. Then
+    0.14, the cliff's side 0.09 (3.1 % worse), and 0.12 between them."""
+    box, calls = curve
+    xs, ys = zip(*MEASURED, strict=True)
+    box["f"] = lambda r: float(np.interp(r, xs, ys))
+    bs = st.best_static(object(), NCFG, OracleConfig(), grid=False)
+    order = [float(c[1][0]) for c in calls]
+    assert order[:4] == [0.0, 0.38, 0.62, 1.0] and order[4:] == [0.23, 0.14, 0.09, 0.12]
+    assert bs.ratio == 0.14 and (bs.flat_lo, bs.flat_hi) == (0.12, 0.23)
+
+
+@pytest.mark.parametrize("shape", ["v", "cliff", "plateau-dip"])
+@pytest.mark.parametrize("target", [0.01, 0.06, 0.17, 0.37, 0.5, 0.81, 0.99])
+def test_best_static_lands_in_the_exhaustive_grids_flat_band(curve, shape, target):
+    """Best static's one-side search against every ratio of the 0.01 lattice: its ratio is
+    in the exhaustive grid's flat band (P99 within 2 % of the grid's minimum) on a V, on a
+    slope that ends in a cliff (EMB starved below ``target``) and on a flat plateau with a
+    narrow dip at ``target`` beside a cliff below it (the fleet case of
+    ``search.static_search``); never more runs than probing both sides."""
+    box, calls = curve
+
+    def dip(r):
+        return 0.5 if r < target + 0.005 else 1.0
+
+    fns = {
+        "v": lambda r: 1.0 + abs(r - target),
+        "cliff": lambda r: 100.0 if r < target - 1e-9 else 1.0 + 0.1 * r,
+        "plateau-dip": lambda r: 100.0 if r < target - 1e-9 else dip(r),
+    }
+    f = fns[shape]
+    box["f"] = f
+    grid = [(r, f(r)) for r in np.round(np.arange(101) * 0.01, 9)]
+    best = min(p for _, p in grid)
+    band = {r for r, p in grid if p <= best * 1.02}
+    bs = st.best_static(object(), NCFG, OracleConfig(), grid=False)
+    assert bs.ratio in band
+    one = len(calls)
+
+    calls.clear()
+    with mock.patch.object(st, "bracket", lambda *a, one_side: bracket(*a)):  # both sides
+        two = st.best_static(object(), NCFG, OracleConfig(), grid=False)
+    assert two.ratio in band and one <= len(calls)
