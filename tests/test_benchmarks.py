@@ -284,6 +284,10 @@ def test_every_script_has_a_case() -> None:
     assert scripts == {c.script for c in CASES.values()}
 
 
+# the script's own 500 s limit below is the one that binds (one line naming the script), not
+# the suite's 300 s: bench_ray_nodes starts three Ray nodes, and on a loaded 2-core machine
+# (2026-12-07) that alone passed 300 s
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", list(CASES))
 def test_benchmark_runs(name: str, scratch: Path) -> None:
     case = CASES[name]
