@@ -349,6 +349,17 @@ def guard_reset(gs: np.ndarray, long: np.ndarray, start: float) -> None:
         long[i] = 0.0
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _risky(gs: np.ndarray, worst: np.ndarray, run: np.ndarray, shortest: np.ndarray,
+           k: int) -> bool:  # fmt: skip
+    """Whether grid ratio ``k`` is a risky move (guard.py's docstring): it lost more than the
+    margin on a window since the anchor was set, and more than the cap, or it is losing now,
+    or a run of windows in which it lost ended sooner than ``regime_windows``."""
+    if gs[G_WORST_N] == 0.0 or not worst[k] < -gs[G_RISK]:  # NaN: no loss seen
+        return False
+    return worst[k] < -gs[G_RISK_CAP] or run[k] > 0.0 or shortest[k] < gs[G_REGIME]
+
+
 @_jit
 def guard_step(
     gs: np.ndarray,
@@ -421,11 +432,17 @@ def guard_step(
     # lost more than the margin only while it is not losing now and every run of windows in
     # which it lost lasted at least regime_windows (regimes that long pay for the move)
     kp = grid_k(proposal, n)
-    risky = False
-    if gs[G_WORST_N] > 0.0 and worst[kp] < -gs[G_RISK]:
-        risky = worst[kp] < -gs[G_RISK_CAP] or run[kp] > 0.0 or shortest[kp] < gs[G_REGIME]
-    if abs(proposal - a) > 1e-9 and (pred <= gs[G_ENTER] or risky):
+    if abs(proposal - a) > 1e-9 and (pred <= gs[G_ENTER] or _risky(gs, worst, run, shortest, kp)):
         gs[G_OVERRIDES] += 1.0
+        if pred <= gs[G_ENTER]:  # the curve does not back the move: none of it is served
+            return a
+        # backed but risky: the grid ratio nearest the proposal, on the way to the anchor,
+        # that passes both tests (the safe part of the move); the anchor when none does
+        ka = grid_k(a, n)
+        step = 1 if ka > kp else -1
+        for k in range(kp + step, ka, step):
+            if curve[k] - curve[ka] > gs[G_ENTER] and not _risky(gs, worst, run, shortest, k):
+                return k / (n - 1)
         return a
     return proposal
 

@@ -79,13 +79,16 @@ def test_evidence_falls_back_with_hysteresis():
 def test_risk_refuses_a_ratio_that_lost_badly_in_a_window_seen_before():
     """Hand-worked: regime B's window says 0.8 would have been 40% slower than the anchor 0.3
     (log-ratio -0.4 < -0.1); in regime A the curve backs 0.8 by 5%, and 0.5 by 5% too, but 0.5
-    lost only 5% in B (-0.05 >= -0.1): 0.8 is refused, 0.5 served."""
+    lost only 5% in B (-0.05 >= -0.1): 0.8 is refused, 0.5 served. Refused, 0.8 is not
+    replaced by the anchor but by the safe part of the move: the ratio nearest 0.8 on the way
+    to the anchor that A's curve backs and that lost at most 10% in B, 0.54 (B: -0.05 - 0.35 *
+    0.04 / 0.3 = -0.0967; 0.55 lost 0.108)."""
     g = Guard(anchor=0.3, enter_margin=0.01, risk_margin=0.1)
     assert g.risk_margin == 0.1
     b = _curve({0.0: 0.0, 0.3: 0.0, 0.5: -0.05, 0.8: -0.4, 1.0: -0.4})
     a = _curve({0.0: 0.0, 0.3: 0.0, 0.5: 0.05, 0.8: 0.05, 1.0: 0.0})
     assert g.step(0.3, 0.3, b, _smoothed(b)) == 0.3  # B: the anchor (no move proposed)
-    assert g.step(0.8, 0.3, a, _smoothed(a)) == 0.3 and g.overrides == 1  # risky: refused
+    assert g.step(0.8, 0.3, a, _smoothed(a)) == 0.54 and g.overrides == 1  # risky: refused
     assert g.step(0.5, 0.3, a, _smoothed(a)) == 0.5 and g.overrides == 1  # within the risk
     np.testing.assert_allclose(g._worst, np.minimum(b - b[30], a - a[30]))
     # without the B window (a fresh guard), 0.8 is served: the risk is what refused it
@@ -104,7 +107,11 @@ def test_risky_move_waits_for_regimes_that_last_and_the_cap_never_moves():
     """Hand-worked, anchor 0.3, regime_windows 3: in B, 0.8 is 40% slower than the anchor
     (risky, under the cap 1.0) and 0.0 is e^1.5 slower (over the cap); in A both are backed by
     5%. After two B windows, 0.8 is refused in A (B lasted 2 < 3); after three it is served,
-    0.0 never; back in B, 0.8 is losing now and refused even where the curve still backs it."""
+    0.0 never; back in B, 0.8 is losing now and refused even where the curve still backs it.
+    A backed move refused as risky keeps its safe part: the ratio nearest the proposal, on the
+    way to the anchor, that the curve backs by more than 1% and that is not risky: 0.42 for 0.8 (B:
+    -0.4 * 0.12 / 0.5 = -0.096 >= -0.1; A backs it by 0.012), 0.1 for 0.0 (B: -1.0, at the
+    cap and not over it, in a regime that lasted 3 windows; A backs it by 0.033)."""
     b = _curve({0.0: -1.5, 0.3: 0.0, 0.8: -0.4, 1.0: -0.4})
     a = _curve({0.0: 0.05, 0.3: 0.0, 0.8: 0.05, 1.0: 0.0})
 
@@ -115,21 +122,21 @@ def test_risky_move_waits_for_regimes_that_last_and_the_cap_never_moves():
         return g
 
     short = guard(2)
-    assert short.step(0.8, 0.3, a, _smoothed(a)) == 0.3 and short.overrides == 1
+    assert short.step(0.8, 0.3, a, _smoothed(a)) == 0.42 and short.overrides == 1
     assert (short._run[80], short._shortest[80]) == (0.0, 2.0)  # B ended after 2
     g = guard(3)
     assert g.regime_windows == 3 and g.risk_cap == 1.0
     assert g.step(0.8, 0.3, a, _smoothed(a)) == 0.8 and g.overrides == 0
-    assert g.step(0.0, 0.8, a, _smoothed(a)) == 0.3 and g.overrides == 1  # over the cap
+    assert g.step(0.0, 0.8, a, _smoothed(a)) == 0.1 and g.overrides == 1  # over the cap
     assert (g._run[0], g._shortest[0], g._run[80], g._shortest[80]) == (0.0, 3.0, 0.0, 3.0)
     # B again, served at the anchor: 0.8 loses now (a run of 1 under way), the stale smoothed
     # curve A still backs it, and it is refused
-    assert g.step(0.8, 0.3, b, _smoothed(a)) == 0.3 and g._run[80] == 1.0
+    assert g.step(0.8, 0.3, b, _smoothed(a)) == 0.42 and g._run[80] == 1.0
     # every risky move refused (the rule before regime_windows): a length no run reaches
     never = Guard(anchor=0.3, enter_margin=0.01, regime_windows=10**6)
     for _ in range(50):
         never.step(0.3, 0.3, b, _smoothed(b))
-    assert never.step(0.8, 0.3, a, _smoothed(a)) == 0.3
+    assert never.step(0.8, 0.3, a, _smoothed(a)) == 0.42  # the safe part only
 
 
 def test_online_anchor_restarts_the_worst_curve_when_it_moves():
@@ -231,17 +238,66 @@ def test_latency_is_the_runtime_timer_and_matches_a_manual_one():
     xs = [rng.random(N_FEATURES) for _ in range(500)]
     for x in xs:
         x[RATIO_INDEX] = 0.5
-    ctrl.reset()
-    t0 = time.perf_counter_ns()
-    for x in xs:
-        ctrl.step(x, None)
-    total = time.perf_counter_ns() - t0
-    own = np.array(ctrl.latency_ns)
-    assert len(own) == len(xs) and np.all(own > 0)
-    # the runtime's own timer covers each call's body: never more than the manual timer around
-    # the loop, and most of it (the loop itself costs little next to a step)
-    assert own.sum() <= total and own.sum() >= 0.5 * total
+    covered = []
+    for _ in range(3):  # a loaded machine can preempt the loop between two steps
+        ctrl.reset()
+        t0 = time.perf_counter_ns()
+        for x in xs:
+            ctrl.step(x, None)
+        total = time.perf_counter_ns() - t0
+        own = np.array(ctrl.latency_ns)
+        assert len(own) == len(xs) and np.all(own > 0)
+        # the runtime's own timer covers each call's body: never more than the manual timer
+        # around the loop, and most of it (the loop itself costs little next to a step)
+        assert own.sum() <= total
+        covered.append(own.sum() / total)
+    assert max(covered) >= 0.5, covered
     lat = ctrl.decision_latency_us()
     assert lat["n"] == len(xs) and lat["median"] == pytest.approx(np.median(own) / 1e3)
     ctrl.reset()
     assert ctrl.latency_ns == [] and ctrl.decision_latency_us()["n"] == 0
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_refused_move_serves_its_safe_part_against_a_brute_force(seed):
+    """Random regimes seen since the anchor was set, then a random proposal: the guard serves
+    the proposal when the smoothed curve backs it by more than ``enter_margin`` and it is not
+    risky; the anchor when the curve does not back it; when it is backed but risky, the grid
+    ratio nearest it on the way to the anchor that passes both tests, else the anchor; every test written out here from the guard's own worst curve, runs and
+    shortest runs (guard.py's rules), over every grid ratio in turn."""
+    rng = np.random.default_rng(seed)
+    anchor = round(float(rng.integers(0, CURVE_POINTS)) / (CURVE_POINTS - 1), 9)
+    g = Guard(anchor=anchor, enter_margin=0.01, exit_margin=np.inf, risk_margin=0.1,
+              risk_cap=1.0, regime_windows=3)  # fmt: skip
+
+    def random_curve() -> np.ndarray:
+        knots = np.sort(rng.uniform(0, 1, 4))
+        return np.interp(GRID, [0.0, *knots, 1.0], rng.normal(0, 0.4, 6))
+
+    measured = int(rng.integers(0, 8))
+    for _ in range(measured):  # windows at the anchor, measured
+        gain = random_curve()
+        g.step(anchor, anchor, gain, _smoothed(gain))
+    smooth = _smoothed(random_curve())
+    proposal = float(rng.uniform(0, 1))
+    ka, kp = round(anchor * 100), round(proposal * 100)
+
+    def backed(k: int) -> bool:
+        return bool(smooth.curve[k] - smooth.curve[ka] > 0.01)
+
+    def ok(k: int) -> bool:
+        w = g._worst[k]
+        lost = measured > 0 and w < -0.1
+        risky = lost and (w < -1.0 or g._run[k] > 0 or g._shortest[k] < 3)
+        return backed(k) and not risky
+
+    if proposal == anchor or (kp != ka and ok(kp)):
+        want = proposal
+    elif kp == ka or not backed(kp):  # a move the curve does not back: none of it
+        want = anchor
+    else:
+        step = 1 if ka > kp else -1
+        safe = [k for k in range(kp + step, ka, step) if ok(k)]
+        want = safe[0] / (CURVE_POINTS - 1) if safe else anchor
+    got = g.step(proposal, anchor, None, smooth)
+    assert got == pytest.approx(want, abs=1e-12)
