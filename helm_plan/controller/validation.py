@@ -132,7 +132,8 @@ class TraceValidation:
     fallback_share: float
     """Share of decisions the guard spent falling back to the anchor."""
     override_share: float
-    """Share of decisions where the guard served the anchor instead of the proposal."""
+    """Share of decisions where the guard served the anchor, or the safe part of the move,
+    instead of the proposal."""
     latency_us: dict[str, float]
     """Decision latency measured in this run by the runtime's own timer (median, p99, n)."""
     ratios: np.ndarray = field(repr=False)
