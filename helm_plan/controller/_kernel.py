@@ -387,11 +387,11 @@ def guard_step(
             curve_update(long, gain, 1.0 - 1.0 / gs[G_SEEN])
         gs[G_ANCHOR] = curve_optimum(long, True, gs[G_TOL], gs[G_ANCHOR])
     a = gs[G_ANCHOR]
+    ka = grid_k(a, n)
     gs[G_DECISIONS] += 1.0
     if has_gain:
         # realised against the anchor's counterfactual on the same window: > 0 when the
         # anchor would have been faster (0 when the anchor was served)
-        ka = grid_k(a, n)
         loss = gain[ka] - gain[grid_k(served, n)] if abs(served - a) > 1e-9 else 0.0
         gs[G_EVIDENCE] += gs[G_ALPHA] * (loss - gs[G_EVIDENCE])
         # gain[i] - gain[ka] = log(P99 at the anchor / P99 at i) on this window, whatever was
@@ -415,12 +415,13 @@ def guard_step(
             gs[G_WORST_AT], gs[G_WORST_N] = a, 1.0
         else:
             gs[G_WORST_N] += 1.0
-    pred = curve[grid_k(proposal, n)] - curve[grid_k(a, n)]
+    kp = grid_k(proposal, n)
+    backed = curve[kp] - curve[ka] > gs[G_ENTER]  # the smoothed curve's prediction
     if gs[G_FALLBACK] == 0.0 and gs[G_EVIDENCE] > gs[G_EXIT]:
         gs[G_FALLBACK] = 1.0
         gs[G_HOLD], gs[G_REARM] = gs[G_HOLD_WINDOWS], 0.0
     if gs[G_FALLBACK] != 0.0:
-        gs[G_REARM] = gs[G_REARM] + 1.0 if pred > gs[G_ENTER] else 0.0
+        gs[G_REARM] = gs[G_REARM] + 1.0 if backed else 0.0
         if gs[G_HOLD] > 0.0 or gs[G_REARM] < gs[G_REARM_WINDOWS]:
             gs[G_HOLD] -= 1.0
             gs[G_FALLBACK_WINDOWS] += 1.0
@@ -431,20 +432,18 @@ def guard_step(
     # a ratio that lost more than the cap on a window seen before is never served; one that
     # lost more than the margin only while it is not losing now and every run of windows in
     # which it lost lasted at least regime_windows (regimes that long pay for the move)
-    kp = grid_k(proposal, n)
-    if abs(proposal - a) > 1e-9 and (pred <= gs[G_ENTER] or _risky(gs, worst, run, shortest, kp)):
-        gs[G_OVERRIDES] += 1.0
-        if pred <= gs[G_ENTER]:  # the curve does not back the move: none of it is served
-            return a
-        # backed but risky: the grid ratio nearest the proposal, on the way to the anchor,
-        # that passes both tests (the safe part of the move); the anchor when none does
-        ka = grid_k(a, n)
-        step = 1 if ka > kp else -1
-        for k in range(kp + step, ka, step):
-            if curve[k] - curve[ka] > gs[G_ENTER] and not _risky(gs, worst, run, shortest, k):
-                return k / (n - 1)
+    if abs(proposal - a) <= 1e-9 or (backed and not _risky(gs, worst, run, shortest, kp)):
+        return proposal
+    gs[G_OVERRIDES] += 1.0
+    if not backed:  # the curve does not back the move: none of it is served
         return a
-    return proposal
+    # backed but risky: the grid ratio nearest the proposal, on the way to the anchor, that
+    # passes both tests (the safe part of the move); the anchor when none does
+    step = 1 if ka > kp else -1
+    for k in range(kp + step, ka, step):
+        if curve[k] - curve[ka] > gs[G_ENTER] and not _risky(gs, worst, run, shortest, k):
+            return k / (n - 1)
+    return a
 
 
 @_jit

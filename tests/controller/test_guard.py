@@ -109,9 +109,9 @@ def test_risky_move_waits_for_regimes_that_last_and_the_cap_never_moves():
     5%. After two B windows, 0.8 is refused in A (B lasted 2 < 3); after three it is served,
     0.0 never; back in B, 0.8 is losing now and refused even where the curve still backs it.
     A backed move refused as risky keeps its safe part: the ratio nearest the proposal, on the
-    way to the anchor, that the curve backs by more than 1% and that is not risky: 0.42 for 0.8 (B:
-    -0.4 * 0.12 / 0.5 = -0.096 >= -0.1; A backs it by 0.012), 0.1 for 0.0 (B: -1.0, at the
-    cap and not over it, in a regime that lasted 3 windows; A backs it by 0.033)."""
+    way to the anchor, that the curve backs by more than 1% and that is not risky: 0.42 for
+    0.8 (B: -0.4 * 0.12 / 0.5 = -0.096 >= -0.1; A backs it by 0.012), 0.1 for 0.0 (B: -1.0,
+    at the cap and not over it, in a regime that lasted 3 windows; A backs it by 0.033)."""
     b = _curve({0.0: -1.5, 0.3: 0.0, 0.8: -0.4, 1.0: -0.4})
     a = _curve({0.0: 0.05, 0.3: 0.0, 0.8: 0.05, 1.0: 0.0})
 
@@ -263,8 +263,9 @@ def test_a_refused_move_serves_its_safe_part_against_a_brute_force(seed):
     """Random regimes seen since the anchor was set, then a random proposal: the guard serves
     the proposal when the smoothed curve backs it by more than ``enter_margin`` and it is not
     risky; the anchor when the curve does not back it; when it is backed but risky, the grid
-    ratio nearest it on the way to the anchor that passes both tests, else the anchor; every test written out here from the guard's own worst curve, runs and
-    shortest runs (guard.py's rules), over every grid ratio in turn."""
+    ratio nearest it on the way to the anchor that passes both tests, else the anchor; every
+    test written out here from the guard's own worst curve, runs and shortest runs (guard.py's
+    rules), over every grid ratio in turn."""
     rng = np.random.default_rng(seed)
     anchor = round(float(rng.integers(0, CURVE_POINTS)) / (CURVE_POINTS - 1), 9)
     g = Guard(anchor=anchor, enter_margin=0.01, exit_margin=np.inf, risk_margin=0.1,
