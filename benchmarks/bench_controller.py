@@ -10,6 +10,12 @@ controller with its guard anchored at best static, the threshold rule, hill clim
 ``--ablation`` the layer ablation). ``--fleet N`` also runs the first ``--fleet-traces``
 held-out traces at N times the load on N nodes behind ``jsq``: a controller on every node
 (anchored at the fleet's best static ratio) against that fleet-wide best static.
+``--fleet-contested N`` runs each contested seed the same way, where the controller acts: the
+trace's users cloned N times (the planner's traffic model, ``plan.scale``) on N nodes behind
+``--fleet-contested-router`` (default the shipped ``helm``, which weighs each node's KV prefix
+and EMB residency: a user's requests mostly stay where its KV is, so each node sees a
+population like the one-node case's, and a node's r enters the routing); ``--fleet-only``
+skips the one-node validations.
 
 Printed, each with its peer in the same run and the ratio: the controller against best static
 (gain = 1 − P99/P99 of best static, 95% bootstrap CI over windows) on every trace; the share of
@@ -20,9 +26,11 @@ peer); the controller against the threshold rule with its CI. Targets are issue 
 here is tuned to them.
 
 Run: ``nice -n 10 python benchmarks/bench_controller.py [--traces N] [--trials T]
-[--fleet N] [--fleet-traces K] [--controller PATH] [--json OUT] [--ablation] [--real-only |
---no-real] [--no-demo] [--duration-s S] [--load-scale F]`` (needs ``HELM_PLAN_DATASETS`` for
-the MovieLens traces; they are skipped with a note without it).
+[--fleet N] [--fleet-traces K] [--fleet-contested N] [--fleet-contested-router NAME]
+[--fleet-only] [--contested K] [--contested-phase-s S] [--controller PATH] [--json OUT]
+[--ablation] [--real-only | --no-real] [--no-demo] [--duration-s S] [--load-scale F]``
+(needs ``HELM_PLAN_DATASETS`` for the MovieLens traces; they are skipped with a note without
+it).
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import numpy as np
 
 from helm_plan.analyze.config import DEMO_POOL_FRACTION, DEMO_SYNTH
 from helm_plan.cluster import ClusterConfig, simulate_cluster
+from helm_plan.cluster.config import DEFAULT_ROUTER
 from helm_plan.cluster.policies import fleet_best_static
 from helm_plan.controller import suite, validation
 from helm_plan.controller.policy import ControllerPolicy
@@ -44,6 +53,7 @@ from helm_plan.controller.runtime import DEFAULT_PATH, Controller
 from helm_plan.datasets import default_dir
 from helm_plan.oracle import OracleConfig
 from helm_plan.oracle.sensitivity import adaptivity_ci
+from helm_plan.plan.scale import scale
 from helm_plan.sim import NodeConfig, load_context
 from helm_plan.synth import synthesize
 from helm_plan.synth.scenarios import detectability, synthesize_scenario
@@ -77,6 +87,17 @@ def contested_case(seed: int = 0, duration_s: float | None = None, phase_s: floa
     return f"contested-s{seed}{tag}", ctx, NodeConfig(window_s=0.5, slo_ms=2.5), True
 
 
+def contested_fleet_case(seed: int, nodes: int, duration_s: float | None, phase_s: float):
+    """The contested case for a fleet of ``nodes``: its users cloned ``nodes`` times on the
+    trace's own timeline (``plan.scale``'s ``users`` model), each node with the one-node pool."""
+    name, _, ncfg, _ = contested_case(seed, duration_s, phase_s)
+    if duration_s is not None:
+        phase_s = min(phase_s, duration_s / 4)
+    sc = detectability(phase_s=phase_s, a_users=335, b_items=300_000, seed=seed)
+    table, _ = scale(synthesize_scenario(sc), nodes, by="users", window_s=ncfg.window_s, seed=0)
+    return name, load_context(table, pool_bytes=CONTESTED_POOL, seed=0), ncfg
+
+
 def held_out(a: argparse.Namespace, ds: Path | None) -> list[suite.TraceSpec]:
     """The held-out specs this run validates (``--real-only``, ``--no-real``, and the tiny-run
     knobs ``--duration-s`` and ``--load-scale``)."""
@@ -101,10 +122,11 @@ def cases(specs: list[suite.TraceSpec], ds: Path | None):
         yield spec.name, ctx, ncfg, spec.kind == "scenario"
 
 
-def fleet(ctrl: Controller, spec: suite.TraceSpec, nodes: int, ds: Path | None, ocfg) -> dict:
-    """A controller per node against the fleet-wide best static, at ``nodes`` x the load."""
-    ctx, ncfg = suite.build(dataclasses.replace(spec, util=spec.util * nodes), ds)
-    cfg = ClusterConfig(nodes=nodes, router="jsq", node=ncfg)
+def fleet(ctrl: Controller, name: str, ctx, ncfg: NodeConfig, nodes: int, router: str,
+          ocfg) -> dict:  # fmt: skip
+    """A controller per node against the fleet-wide best static (``ctx`` carries the fleet's
+    load)."""
+    cfg = ClusterConfig(nodes=nodes, router=router, node=ncfg)
     fs = fleet_best_static(ctx, cfg, ocfg)
     static = simulate_cluster(ctx, fs.ratio, cfg)
     pols = [ControllerPolicy(ctx, ncfg, ctrl, "controller", anchor=fs.ratio) for _ in range(nodes)]
@@ -113,7 +135,7 @@ def fleet(ctrl: Controller, spec: suite.TraceSpec, nodes: int, ds: Path | None, 
     ci = adaptivity_ci(static.sojourn_s[m], run.sojourn_s[m], run.window_idx[m], seed=0)
     ns = [v for p in pols for v in p.controller.latency_ns]
     dec = sum(p.controller.guard.decisions for p in pols)
-    return {"trace": spec.name, "nodes": nodes, "requests": int(ctx.arrays.n_requests),
+    return {"trace": name, "nodes": nodes, "router": router, "requests": int(ctx.arrays.n_requests),
             "best_static_r": fs.ratio, "p99_ms": run.p99_ms, "best_static_p99_ms": static.p99_ms,
             "gain": float(ci.value), "gain_lo": float(ci.lo), "gain_hi": float(ci.hi),
             "fallback_share": sum(p.controller.guard.fallback_windows for p in pols) / max(dec, 1),
@@ -140,6 +162,11 @@ def main() -> None:
     ap.add_argument("--controller", default=str(DEFAULT_PATH))
     ap.add_argument("--fleet", type=int, default=4, help="nodes of the fleet check (0: none)")
     ap.add_argument("--fleet-traces", type=int, default=1)
+    ap.add_argument("--fleet-contested", type=int, default=0,
+                    help="nodes of a fleet check on each contested seed (0: none)")  # fmt: skip
+    ap.add_argument("--fleet-contested-router", default=DEFAULT_ROUTER,
+                    help="router of the contested fleet check")  # fmt: skip
+    ap.add_argument("--fleet-only", action="store_true", help="skip the one-node validations")
     ap.add_argument("--no-demo", action="store_true")
     ap.add_argument("--contested", type=int, default=2,
                     help="seeds of the contested (oracle-gaining) case to run (0: none)")  # fmt: skip
@@ -162,10 +189,10 @@ def main() -> None:
     ds = ds if ds.is_dir() else None
     vals, scen, lat = [], [], []
     specs = held_out(a, ds)
-    todo = list(cases(specs, ds))
-    if not (a.no_demo or a.real_only):
+    todo = [] if a.fleet_only else list(cases(specs, ds))
+    if not (a.no_demo or a.real_only or a.fleet_only):
         todo.append(demo_case())
-    if not a.real_only:
+    if not (a.real_only or a.fleet_only):
         todo.extend(contested_case(seed, a.duration_s, a.contested_phase_s)
                     for seed in range(a.contested))  # fmt: skip
     for name, ctx, ncfg, is_scen in todo:
@@ -179,8 +206,18 @@ def main() -> None:
     if a.fleet:
         for spec in specs[: a.fleet_traces]:
             t0 = time.perf_counter()
-            fl.append(fleet(ctrl, spec, a.fleet, ds, ocfg))
+            ctx, ncfg = suite.build(dataclasses.replace(spec, util=spec.util * a.fleet), ds)
+            fl.append(fleet(ctrl, spec.name, ctx, ncfg, a.fleet, "jsq", ocfg))
             print(f"fleet {spec.name} x{a.fleet}: {time.perf_counter() - t0:.0f} s", flush=True)
+    if a.fleet_contested and not a.real_only:
+        router = a.fleet_contested_router
+        for seed in range(a.contested):
+            t0 = time.perf_counter()
+            name, ctx, ncfg = contested_fleet_case(seed, a.fleet_contested, a.duration_s,
+                                                   a.contested_phase_s)  # fmt: skip
+            fl.append(fleet(ctrl, name, ctx, ncfg, a.fleet_contested, router, ocfg))
+            print(f"fleet {name} x{a.fleet_contested} ({router}): "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
     # the latency of every decision of these runs, one node or many (the runtime's own timer)
     for v in vals:
         lat.append(v.latency_us)
@@ -193,7 +230,7 @@ def main() -> None:
         print("| " + " | ".join(row) + " |")
     print()
     g = [v.vs_best_static["controller"] for v in vals]
-    worst = min(range(len(g)), key=lambda i: g[i].value)
+    worst = min(range(len(g)), key=lambda i: g[i].value, default=0)
     cap = [(v.trace, v.captured) for v in vals if np.isfinite(v.captured)]
     nar = [(v.abs_dr_narrow, v.narrow_windows) for v, s in zip(vals, scen, strict=True)
            if s and v.narrow_windows]  # fmt: skip
@@ -205,11 +242,14 @@ def main() -> None:
     p99 = float(np.max([x["p99"] for x in lat])) if lat else float("nan")
     print("| figure | measured | peer (same run) | ratio | target |")
     print("|---|---|---|---|---|")
-    print(f"| controller vs best static, worst held-out trace ({vals[worst].trace}) | "
-          f"{g[worst].text()} | best static P99 {vals[worst].p99_ms['best-static']:.3f} ms | "
-          f"{vals[worst].p99_ms['controller'] / vals[worst].p99_ms['best-static']:.3f}x P99 | "
-          f">= -1%, CI high end >= 0 |")  # fmt: skip
-    for t, c in cap or [("(no held-out trace where the oracle gains >= 5%)", float("nan"))]:
+    if vals:
+        w = vals[worst]
+        print(f"| controller vs best static, worst held-out trace ({w.trace}) | "
+              f"{g[worst].text()} | best static P99 {w.p99_ms['best-static']:.3f} ms | "
+              f"{w.p99_ms['controller'] / w.p99_ms['best-static']:.3f}x P99 | "
+              f">= -1%, CI high end >= 0 |")  # fmt: skip
+    none = [("(no held-out trace where the oracle gains >= 5%)", float("nan"))] if vals else []
+    for t, c in cap or none:
         v = next((x for x in vals if x.trace == t), None)
         og = f"oracle gain {v.oracle_gain:+.1%}" if v else "n/a"
         print(f"| share of the oracle's gain captured, {t} | {c:.0%} | {og} | "
@@ -227,7 +267,8 @@ def main() -> None:
           f"{pooled_band:.3f} | \\|r - r*\\| {pooled_dr:.3f} | - | <= 0.05 |")  # fmt: skip
     for f in fl:
         print(f"| fleet of {f['nodes']}, controller per node vs best static per node "
-              f"({f['trace']}) | {f['gain']:+.1%} [{f['gain_lo']:+.1%}, {f['gain_hi']:+.1%}] | "
+              f"({f['trace']}, {f['router']}) | "
+              f"{f['gain']:+.1%} [{f['gain_lo']:+.1%}, {f['gain_hi']:+.1%}] | "
               f"best static (r = {f['best_static_r']:.2f}) P99 {f['best_static_p99_ms']:.2f} ms | "
               f"{f['p99_ms'] / f['best_static_p99_ms']:.3f}x P99 | >= -2% |")  # fmt: skip
     fleet_lat = validation.latency_summary(run_ns)

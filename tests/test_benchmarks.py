@@ -124,8 +124,12 @@ CASES = {
     "bench_controller-contested": Case(
         "bench_controller",
         "--only none --no-demo --contested 1 --duration-s 2 --trials 0 --fleet 0 "
-        "--json {d}/controller.json",
-        ("| contested-s0 |", "| share of the oracle's gain captured, contested-s0 |"),
+        "--fleet-contested 2 --json {d}/controller.json",
+        (
+            "| contested-s0 |",
+            "| share of the oracle's gain captured, contested-s0 |",
+            "| fleet of 2, controller per node vs best static per node (contested-s0, helm) |",
+        ),
     ),
     "bench_controller-movielens": Case(
         "bench_controller",
