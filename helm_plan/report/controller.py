@@ -10,11 +10,13 @@ figure beside it, labelled as the card's). |r − r*| is summarised only over
 windows whose flat band is narrower than :data:`NARROW_BAND`: where the band
 is wide, r* is one arbitrary point of a plateau and the distance means
 nothing. :func:`recommendation` says plainly "use best static" unless the
-gain's CI is above zero.
+gain's CI is above zero; where the analysed node is one of a fleet it adds what a
+controller on *every* node did in the capacity plan (:func:`fleet_note`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import plotly.graph_objects as go
@@ -34,7 +36,14 @@ from helm_plan.report.page import (
     tol_text,
 )
 from helm_plan.report.store import RunData
-from helm_plan.report.tables import ADAPTIVITY, LABELS, POLICIES, POLICY_WINDOWS, SENSITIVITY
+from helm_plan.report.tables import (
+    ADAPTIVITY,
+    CAPACITY,
+    LABELS,
+    POLICIES,
+    POLICY_WINDOWS,
+    SENSITIVITY,
+)
 
 NAME = "controller"
 """The policy row analyze runs for the shipped default controller."""
@@ -79,18 +88,66 @@ def controller_summary(run: RunData) -> dict[str, Any] | None:
         "guard": run.meta.get("controller_guard"),
         "best_static_ratio": run.meta.get("best_static_ratio"),
     }
-    out["recommendation"] = recommendation(out)
+    out["recommendation"] = recommendation(out, fleet_note(run))
     return out
 
 
-def recommendation(s: dict[str, Any]) -> str:
-    """One sentence: the controller only where its gain over best static is significant."""
+def fleet_note(run: RunData) -> dict[str, Any] | None:
+    """The operating fleet, where it has several nodes, and its capacity rows for a controller
+    on every node and for best static (behind the operating router; None when not planned).
+
+    The one-node gain is measured on the analysed node fed the requests the router sent it
+    with every node at best static; a controller on every node also moves the routing (a
+    node's r changes what it keeps resident, which EMB-KV-aware routers weigh). On
+    ``bench_controller.py --fleet-contested 4`` (the contested case, helm) the controller
+    gained 16-31 % on one node and lost 10-34 % as a fleet, so a one-node verdict does not
+    carry to a fleet: the capacity plan's exact fleet simulation decides.
+    """
+    o = run.meta.get("operating") or {}
+    if int(o.get("nodes") or 1) < 2:
+        return None
+    cap = run.table(CAPACITY)
+    rows: dict[str, Any] = {}
+    if not cap.is_empty():
+        at = cap.filter((pl.col("gpu") == o.get("gpu")) & (pl.col("router") == o.get("router")))
+        rows = {p: at.filter(pl.col("policy") == p).row(0, named=True)
+                for p in ("controller", "best-static") if p in at["policy"].to_list()}  # fmt: skip
+    return {"where": f"the {o.get('gpu')} fleet behind {o.get('router')}",
+            "controller": rows.get("controller"), "best_static": rows.get("best-static")}  # fmt: skip
+
+
+def _cost(row: dict[str, Any]) -> tuple[float, float]:
+    """A capacity row ranked by nodes, then P99 (a missing figure ranks last)."""
+    n, p = row.get("nodes"), row.get("p99_ms")
+    ok = [isinstance(v, int | float) and math.isfinite(v) for v in (n, p)]
+    return (float(n) if ok[0] else math.inf, float(p) if ok[1] else math.inf)
+
+
+def recommendation(s: dict[str, Any], fleet: dict[str, Any] | None = None) -> str:
+    """One sentence: the controller only where its gain over best static is significant, and,
+    in a fleet (``fleet``: :func:`fleet_note`), only where a controller on every node does not
+    need more nodes or a higher P99 than best static in the capacity plan."""
     lo, g = s.get("gain_ci_low"), s.get("gain_vs_best_static")
     r = s.get("best_static_ratio")
     at = f" (r = {r:.2f})" if isinstance(r, float) else ""
     if lo is not None and g is not None and lo > 0:
-        return (f"Deploy the controller: it beats best static{at} by {g:.1%} "
-                f"(95% CI from {lo:.1%}).")  # fmt: skip
+        one = f"it beats best static{at} by {g:.1%} (95% CI from {lo:.1%})"
+        if fleet is None:
+            return f"Deploy the controller: {one}."
+        c, b = fleet["controller"], fleet["best_static"]
+        if c is None or b is None:
+            return (
+                f"Deploy the controller on this node: {one}, with the rest of the fleet at "
+                f"best static; plan {fleet['where']} with the controller policy (a "
+                "controller on every node, simulated) before deploying it on more nodes."
+            )
+        plan = (f"with a controller on every node of {fleet['where']} the capacity plan needs "
+                f"{c['nodes']} nodes (P99 {c['p99_ms']:.4g} ms) against best static's "
+                f"{b['nodes']} (P99 {b['p99_ms']:.4g} ms)")  # fmt: skip
+        if _cost(c) <= _cost(b):
+            return f"Deploy the controller: {one} on this node, and {plan}."
+        return (f"Use best static{at}: on this node alone the controller beats it by {g:.1%} "
+                f"(95% CI from {lo:.1%}), but {plan}.")  # fmt: skip
     if g is None:
         return f"Use best static{at}: the controller's gain was not measured."
     return (f"Use best static{at}: the controller does not beat it here "

@@ -38,3 +38,33 @@ def test_latency_is_the_runs_and_the_cards_is_labelled():
     assert "measured in this run" in s["decision_latency_source"]
     assert s["card_decision_latency_us"]["median"] == 6.0
     assert s["guard"]["fallback_share"] == 0.1
+
+
+def _fleet_run(gain: float, lo: float, ctrl: tuple[int, float] | None) -> RunData:
+    run = _run(gain, lo, gain + 0.03)
+    run.meta["operating"] = {"nodes": 4, "gpu": "a100-80g", "router": "helm"}
+    rows = [("best-static", "helm", 4, 2.0), ("best-static", "jsq", 5, 1.0)]
+    rows += [("controller", "helm", *ctrl)] if ctrl else []
+    rows += [("controller", "jsq", 3, 0.5)]  # another router's row: never the operating one's
+    cap = pl.DataFrame({"gpu": ["a100-80g"] * len(rows), "policy": [r[0] for r in rows],
+                        "router": [r[1] for r in rows], "nodes": [r[2] for r in rows],
+                        "p99_ms": [r[3] for r in rows]})  # fmt: skip
+    return RunData({**run.tables, "capacity": cap}, run.meta)
+
+
+def test_a_fleet_deploys_the_controller_only_where_every_node_running_it_plans_no_worse():
+    # one node's significant gain, but a controller on each of the fleet's nodes plans worse
+    s = controller_summary(_fleet_run(0.2, 0.1, (5, 1.5)))["recommendation"]
+    assert s.startswith("Use best static (r = 0.35): on this node alone the controller beats it")
+    assert "needs 5 nodes (P99 1.5 ms) against best static's 4 (P99 2 ms)" in s
+    s = controller_summary(_fleet_run(0.2, 0.1, (4, 2.5)))["recommendation"]  # same N, worse P99
+    assert s.startswith("Use best static")
+    s = controller_summary(_fleet_run(0.2, 0.1, (4, 1.8)))["recommendation"]
+    assert s.startswith("Deploy the controller: it beats best static (r = 0.35) by 20.0%")
+    assert "needs 4 nodes (P99 1.8 ms) against best static's 4 (P99 2 ms)" in s
+    # no controller row behind the operating router: say so, do not claim the fleet
+    s = controller_summary(_fleet_run(0.2, 0.1, None))["recommendation"]
+    assert s.startswith("Deploy the controller on this node") and "before deploying" in s
+    # the one-node verdict to use best static is never overturned by the fleet
+    s = controller_summary(_fleet_run(0.01, -0.01, (3, 1.0)))["recommendation"]
+    assert s.startswith("Use best static (r = 0.35): the controller does not beat it here")
