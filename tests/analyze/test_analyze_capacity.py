@@ -76,6 +76,21 @@ def test_every_section_analyses_the_one_operating_point(tmp_path):
     # while the fleet meets the SLO
     assert s["verdict"][0] == cap["answer"][0]
     assert not any("overload" in v for v in s["verdict"])
+    # Controller and Capacity: the one-node gain says deploy only where the plan's fleet with a
+    # controller on every node is no worse than best static's behind the operating router
+    ctl, at = s["controller"], (op["gpu"], op["router"])
+    rows = {r["policy"]: r for r in cap["rows"] if (r["gpu"], r["router"]) == at}
+    c, b = rows["controller"], rows["best-static"]
+    if ctl["gain_ci_low"] > 0:
+        assert (
+            f"needs {c['nodes']} nodes (P99 {c['p99_ms']:.4g} ms) against best static's "
+            f"{b['nodes']} (P99 {b['p99_ms']:.4g} ms)"
+        ) in ctl["recommendation"]
+        assert ctl["recommendation"].startswith("Deploy") == (
+            (c["nodes"], c["p99_ms"]) <= (b["nodes"], b["p99_ms"])
+        )
+    else:
+        assert "does not beat it here" in ctl["recommendation"], ctl["recommendation"]
     html = res.report_path.read_text()
     assert '<section id="capacity">' in html and '<section id="routing">' in html
     assert html.index('id="capacity"') < html.index('id="policies"')
