@@ -79,22 +79,24 @@ def contested_case(seed: int = 0, duration_s: float | None = None, phase_s: floa
     r <= 0.08, regime B wants r ~ 0.2), 0.5-s windows, a 2.5 ms SLO. The training suite's
     detectability traces use other pools, populations, windows and seeds. ``phase_s``: 2 s by
     default (4 windows a phase: even the oracle one window late loses to best static there)."""
+    name, table, ncfg = _contested(seed, duration_s, phase_s)
+    return name, load_context(table, pool_bytes=CONTESTED_POOL, seed=0), ncfg, True
+
+
+def _contested(seed: int, duration_s: float | None, phase_s: float):
+    """The contested case's name, trace table and node config (:func:`contested_case`)."""
     tag = "" if phase_s == 2.0 else f"-p{phase_s:g}"  # the case's name: the phases asked for
     if duration_s is not None:  # --duration-s: a tiny run
         phase_s = min(phase_s, duration_s / 4)
     sc = detectability(phase_s=phase_s, a_users=335, b_items=300_000, seed=seed)
-    ctx = load_context(synthesize_scenario(sc), pool_bytes=CONTESTED_POOL, seed=0)
-    return f"contested-s{seed}{tag}", ctx, NodeConfig(window_s=0.5, slo_ms=2.5), True
+    return f"contested-s{seed}{tag}", synthesize_scenario(sc), NodeConfig(window_s=0.5, slo_ms=2.5)
 
 
 def contested_fleet_case(seed: int, nodes: int, duration_s: float | None, phase_s: float):
     """The contested case for a fleet of ``nodes``: its users cloned ``nodes`` times on the
     trace's own timeline (``plan.scale``'s ``users`` model), each node with the one-node pool."""
-    name, _, ncfg, _ = contested_case(seed, duration_s, phase_s)
-    if duration_s is not None:
-        phase_s = min(phase_s, duration_s / 4)
-    sc = detectability(phase_s=phase_s, a_users=335, b_items=300_000, seed=seed)
-    table, _ = scale(synthesize_scenario(sc), nodes, by="users", window_s=ncfg.window_s, seed=0)
+    name, table, ncfg = _contested(seed, duration_s, phase_s)
+    table, _ = scale(table, nodes, by="users", window_s=ncfg.window_s, seed=0)
     return name, load_context(table, pool_bytes=CONTESTED_POOL, seed=0), ncfg
 
 

@@ -10,8 +10,8 @@ figure beside it, labelled as the card's). |r − r*| is summarised only over
 windows whose flat band is narrower than :data:`NARROW_BAND`: where the band
 is wide, r* is one arbitrary point of a plateau and the distance means
 nothing. :func:`recommendation` says plainly "use best static" unless the
-gain's CI is above zero; where the analysed node is one of a fleet it adds what a
-controller on *every* node did in the capacity plan (:func:`fleet_note`).
+gain's CI is above zero, and where the analysed node is one of a fleet, unless a
+controller on *every* node plans no worse than best static (:func:`operating_fleet`).
 """
 
 from __future__ import annotations
@@ -88,11 +88,11 @@ def controller_summary(run: RunData) -> dict[str, Any] | None:
         "guard": run.meta.get("controller_guard"),
         "best_static_ratio": run.meta.get("best_static_ratio"),
     }
-    out["recommendation"] = recommendation(out, fleet_note(run))
+    out["recommendation"] = recommendation(out, operating_fleet(run))
     return out
 
 
-def fleet_note(run: RunData) -> dict[str, Any] | None:
+def operating_fleet(run: RunData) -> dict[str, Any] | None:
     """The operating fleet, where it has several nodes, and its capacity rows for a controller
     on every node and for best static (behind the operating router; None when not planned).
 
@@ -125,7 +125,7 @@ def _cost(row: dict[str, Any]) -> tuple[float, float]:
 
 def recommendation(s: dict[str, Any], fleet: dict[str, Any] | None = None) -> str:
     """One sentence: the controller only where its gain over best static is significant, and,
-    in a fleet (``fleet``: :func:`fleet_note`), only where a controller on every node does not
+    in a fleet (``fleet``: :func:`operating_fleet`), only where a controller on every node does not
     need more nodes or a higher P99 than best static in the capacity plan."""
     lo, g = s.get("gain_ci_low"), s.get("gain_vs_best_static")
     r = s.get("best_static_ratio")
